@@ -1,0 +1,91 @@
+// Every op's signature and contract. Model code is written against these; the CPU backend
+// implements them in ref/ (readable loops, the spec) plus BLAS where noted. All activations are
+// fp32 on the CPU. Shapes are row-major; "rows" are tokens.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kernels/tensor.h"
+
+namespace exl3 {
+
+// ---- EXL3 (exl3-format.md §3–§6) -------------------------------------------------------------
+
+enum class Codebook : uint8_t { k3Inst = 0, kMcg = 1, kMul1 = 2 };
+
+// fp16 bits of the codebook value for a 16-bit trellis state (§5), bit-exact with ExLlamaV3.
+uint16_t exl3_codebook_ref(uint16_t state, Codebook codebook);
+
+// Decodes packed trellis tiles (I16 [k/16, n/16, 16*bits]) into the inner weight Wq
+// (F16 [k, n], rows = input features). bits in 1..8. Bit-exact (§4, §6).
+Tensor exl3_decode_ref(const Tensor& trellis, int bits, Codebook codebook);
+
+// In-place 128-point Walsh-Hadamard transform of every consecutive 128-block of each row of a
+// row-major [rows, cols] fp32 matrix, scaled by 1/sqrt(128). cols % 128 == 0.
+void hadamard128_ref(float* data, int64_t rows, int64_t cols);
+
+// One EXL3 linear as stored: y = x · diag(suh) · BD(H) · Wq · BD(H) · diag(svh) (+ bias).
+struct Exl3Weight {
+  int64_t k = 0;      // padded input features (multiple of 128)
+  int64_t n = 0;      // padded output features (multiple of 128)
+  int bits = 0;       // K, 1..8
+  Codebook codebook = Codebook::k3Inst;
+  Tensor trellis;     // I16 [k/16, n/16, 16*bits]
+  Tensor suh;         // F16 [k]
+  Tensor svh;         // F16 [n]
+};
+
+// The represented weight W (F32 [k, n]) computed in fp32 from the exact formula of §3.
+Tensor exl3_dequantize_ref(const Exl3Weight& w);
+
+// Reference forward of §3 step by step: x (F32 [m, k]) -> y (F32 [m, n]), no bias.
+Tensor exl3_linear_ref(const Exl3Weight& w, const Tensor& x);
+
+// ---- Dense math (F32) --------------------------------------------------------------------------
+
+// y[m, n] = x[m, k] · w[k, n]. The reference is a triple loop; matmul() uses BLAS.
+Tensor matmul_ref(const Tensor& x, const Tensor& w);
+Tensor matmul(const Tensor& x, const Tensor& w);
+
+// y = x · rsqrt(mean(x²) + eps) · weight over the last dimension (size = weight.numel()).
+Tensor rms_norm_ref(const Tensor& x, const Tensor& weight, float eps);
+
+// In-place x += y (same shape).
+void add_inplace_ref(Tensor& x, const Tensor& y);
+
+// Rows of `table` (F32 [vocab, hidden]) for each id; ids are validated by the caller.
+Tensor embedding_ref(const Tensor& table, std::span<const int32_t> ids);
+
+// silu(gate) ⊙ up, elementwise, same shapes.
+Tensor silu_mul_ref(const Tensor& gate, const Tensor& up);
+
+// Softmax over the last dimension, in place (fp32, max-subtracted).
+void softmax_ref(float* data, int64_t rows, int64_t cols);
+
+// NEOX-style rotary embedding in place on x [tokens, heads, head_dim]: the first `rotary_dim`
+// dims of each head are split in halves and rotated by angle positions[t] · inv_freq[i];
+// cos/sin are multiplied by `attention_scaling` (YaRN's mscale, 1 otherwise).
+void rope_ref(Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq,
+              float attention_scaling);
+
+// KV cache kept in fixed-size pages. k/v pages of one layer: F32 [num_pages, page_size, kv_heads, head_dim].
+struct PagedKv {
+  Tensor k_pages;
+  Tensor v_pages;
+  int64_t page_size = 0;
+};
+
+// Writes k/v rows [tokens, kv_heads, head_dim] at the given positions of one sequence whose
+// pages are `page_table` (position p lives in page page_table[p / page_size], slot p % page_size).
+void kv_write_ref(PagedKv& cache, std::span<const int32_t> page_table, std::span<const int32_t> positions,
+                  const Tensor& k, const Tensor& v);
+
+// Causal grouped-query attention of one sequence: q [tokens, heads, head_dim] at `positions`
+// attends to cache positions 0..positions[t] (inclusive). heads % kv_heads == 0; query head h
+// uses kv head h / (heads / kv_heads). Scale 1/sqrt(head_dim). Returns [tokens, heads, head_dim].
+Tensor attention_ref(const Tensor& q, const PagedKv& cache, std::span<const int32_t> page_table,
+                     std::span<const int32_t> positions);
+
+}  // namespace exl3
