@@ -87,5 +87,8 @@ void kv_write_ref(PagedKv& cache, std::span<const int32_t> page_table, std::span
 // uses kv head h / (heads / kv_heads). Scale 1/sqrt(head_dim). Returns [tokens, heads, head_dim].
 Tensor attention_ref(const Tensor& q, const PagedKv& cache, std::span<const int32_t> page_table,
                      std::span<const int32_t> positions);
+// CPU backend of the same contract (BLAS); tested against attention_ref.
+Tensor attention(const Tensor& q, const PagedKv& cache, std::span<const int32_t> page_table,
+                 std::span<const int32_t> positions);
 
 }  // namespace exl3

@@ -24,7 +24,7 @@ size_t dtype_size(DType dtype) {
   return 0;
 }
 
-std::string_view dtype_name(DType dtype) {
+const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::kF32: return "F32";
     case DType::kF16: return "F16";
@@ -44,7 +44,7 @@ absl::StatusOr<DType> dtype_from_name(std::string_view name) {
                   DType::kI32, DType::kI64, DType::kBool}) {
     if (dtype_name(d) == name) return d;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unsupported dtype \"", name, "\""));
+  return absl::InvalidArgumentError(absl::StrCat("unsupported dtype \"", std::string(name), "\""));
 }
 
 std::string shape_string(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }

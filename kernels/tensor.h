@@ -17,7 +17,7 @@ namespace exl3 {
 enum class DType : uint8_t { kF32, kF16, kBF16, kI8, kU8, kI16, kI32, kI64, kBool };
 
 size_t dtype_size(DType dtype);
-std::string_view dtype_name(DType dtype);                 // safetensors spelling: "F32", "I16"
+const char* dtype_name(DType dtype);  // safetensors spelling: "F32", "I16"
 absl::StatusOr<DType> dtype_from_name(std::string_view);  // inverse of dtype_name
 
 template <typename T>

@@ -45,7 +45,7 @@ absl::StatusOr<TensorInfo> parse_entry(const std::string& path, const std::strin
   for (const json& d : entry["shape"]) {
     if (!d.is_number_integer() || d.get<int64_t>() < 0) return bad("shape entries must be non-negative integers");
     const uint64_t v = d.get<uint64_t>();
-    if (v != 0 && numel > (1ull << 62) / v) return bad("shape overflows");
+    if (v != 0 && numel > (1ull << 62) / dtype_size(info.dtype) / v) return bad("shape overflows");
     numel *= v;
     info.shape.push_back(static_cast<int64_t>(v));
   }
@@ -186,7 +186,7 @@ absl::StatusOr<SafetensorsCollection> SafetensorsCollection::open_dir(const std:
     c.files_.push_back(std::move(f));
   }
   for (auto it = weight_map.begin(); it != weight_map.end(); ++it) {
-    if (!c.where_.count(it.key())) {
+    if (c.file_of(it.key()) != (fs::path(dir) / it.value().get<std::string>()).string()) {
       return absl::InvalidArgumentError(absl::StrCat(index_path.string(), " lists tensor \"", it.key(), "\" in ",
                                                      it.value().get<std::string>(), " but that file does not hold it"));
     }
