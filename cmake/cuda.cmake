@@ -18,6 +18,11 @@ if(EXL3_CUDA STREQUAL "ON" OR EXL3_CUDA STREQUAL "AUTO")
       # Release default covers the target cards: RTX 3090 (86), 4090 (89), H100/H200 (90).
       set(CMAKE_CUDA_ARCHITECTURES 86 89 90)
     endif()
+    # CMake 3.25 knows nvcc's dialect flags only up to C++17; the project is C++20 throughout.
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     enable_language(CUDA)
     find_package(CUDAToolkit REQUIRED)
     set(EXL3_HAVE_CUDA ON)
