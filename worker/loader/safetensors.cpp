@@ -233,6 +233,7 @@ absl::Status write_safetensors(const std::string& path, const std::map<std::stri
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
+    EXL3_CHECK(t.defined(), "write_safetensors: tensor \"", name, "\" is undefined");
     header[name] = {{"dtype", std::string(dtype_name(t.dtype()))},
                     {"shape", t.shape()},
                     {"data_offsets", {offset, offset + t.nbytes()}}};
