@@ -1,0 +1,64 @@
+// Communicator: the collectives a tensor-parallel or layer-split rank needs, each with a
+// deadline. Backends: Gloo (CPU workers) and NCCL (GPU workers), chosen explicitly by the
+// caller, never as a fallback. Errors (peer gone, deadline passed) come back as absl::Status;
+// after an error the communicator is unusable and the group must be torn down.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace exl3 {
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+
+  // In-place elementwise sum over all ranks; every rank passes the same length.
+  virtual absl::Status all_reduce_sum(std::span<float> data) = 0;
+  // Concatenates each rank's `send` (sizes may differ per rank: counts[r] elements from rank r)
+  // into `recv` in rank order on every rank. recv.size() == sum(counts).
+  virtual absl::Status all_gather(std::span<const float> send, std::span<float> recv,
+                                  std::span<const int64_t> counts) = 0;
+  // Copies root's `data` into every rank's `data`.
+  virtual absl::Status broadcast(std::span<float> data, int root) = 0;
+  virtual absl::Status send(std::span<const float> data, int dst_rank) = 0;
+  virtual absl::Status recv(std::span<float> data, int src_rank) = 0;
+  virtual absl::Status barrier() = 0;
+};
+
+// Key/value store the ranks rendezvous through (served by the coordinator).
+class RendezvousStore {
+ public:
+  virtual ~RendezvousStore() = default;
+  virtual absl::Status set(const std::string& key, const std::vector<char>& value) = 0;
+  // Waits until every key exists or the timeout passes (DEADLINE_EXCEEDED naming the missing keys).
+  virtual absl::StatusOr<std::vector<std::vector<char>>> get(const std::vector<std::string>& keys,
+                                                             std::chrono::milliseconds timeout) = 0;
+};
+
+struct GlooOptions {
+  int rank = 0;
+  int world_size = 1;
+  std::string host = "127.0.0.1";            // address the TCP transport binds to
+  std::string prefix = "exl3";               // key prefix in the store (one per run of the group)
+  std::chrono::milliseconds timeout{30000};  // deadline of rendezvous and of every collective
+};
+
+// Connects a full mesh of Gloo TCP pairs through `store`. The store must outlive the call only.
+absl::StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(const GlooOptions& options,
+                                                                     RendezvousStore& store);
+
+// A world of one: every collective is a copy or a no-op (single-process runs).
+std::unique_ptr<Communicator> make_single_rank_communicator();
+
+}  // namespace exl3
