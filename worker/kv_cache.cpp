@@ -7,11 +7,11 @@ namespace exl3 {
 
 KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
   EXL3_CHECK(shape.page_size > 0 && shape.num_pages > 0, "KV cache needs pages");
-  for (int64_t l = 0; l < shape.num_layers; ++l) {
+  for (int64_t heads : shape.layer_kv_heads) {
     PagedKv kv;
     kv.page_size = shape.page_size;
-    kv.k_pages = Tensor::zeros(DType::kF32, {shape.num_pages, shape.page_size, shape.kv_heads, shape.head_dim});
-    kv.v_pages = Tensor::zeros(DType::kF32, {shape.num_pages, shape.page_size, shape.kv_heads, shape.head_dim});
+    kv.k_pages = Tensor::zeros(DType::kF32, {shape.num_pages, shape.page_size, heads, shape.head_dim});
+    kv.v_pages = Tensor::zeros(DType::kF32, {shape.num_pages, shape.page_size, heads, shape.head_dim});
     layers_.push_back(std::move(kv));
   }
   for (int64_t p = shape.num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
@@ -38,7 +38,9 @@ void KvCache::release(PageTable& table) {
 }
 
 uint64_t KvCache::bytes_for(const KvCacheShape& s) {
-  return 2ull * s.num_layers * s.num_pages * s.page_size * s.kv_heads * s.head_dim * sizeof(float);
+  uint64_t heads = 0;
+  for (int64_t h : s.layer_kv_heads) heads += static_cast<uint64_t>(h);
+  return 2ull * heads * s.num_pages * s.page_size * s.head_dim * sizeof(float);
 }
 
 }  // namespace exl3

@@ -11,8 +11,7 @@
 namespace exl3 {
 
 struct KvCacheShape {
-  int64_t num_layers = 0;
-  int64_t kv_heads = 0;   // heads held by this rank
+  std::vector<int64_t> layer_kv_heads;  // KV heads this rank holds, per model layer (0 = none)
   int64_t head_dim = 0;
   int64_t num_pages = 0;
   int64_t page_size = 256;

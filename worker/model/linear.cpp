@@ -1,7 +1,9 @@
-// Loading and validating EXL3 and dense linears; every error names the tensor and its file.
+// Loading and validating EXL3 and dense linears (whole or a rank's slice); every error names the
+// tensor and its file.
 #include "worker/model/linear.h"
 
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 
@@ -17,29 +19,70 @@ absl::Status tensor_error(const SafetensorsCollection& t, const std::string& nam
   return absl::InvalidArgumentError(absl::StrCat(t.file_of(name), ": tensor \"", name, "\" ", what));
 }
 
-// Copies the top-left [rows, cols] block of a row-major [?, full_cols] fp32 matrix.
-Tensor crop(const Tensor& m, int64_t rows, int64_t cols) {
-  if (m.dim(0) == rows && m.dim(1) == cols) return m;
+// Resolves end = -1 and checks the slice against the full logical size.
+absl::StatusOr<LinearSlice> resolve(const std::string& prefix, LinearSlice s, int64_t in, int64_t out) {
+  if (s.in_end < 0) s.in_end = in;
+  if (s.out_end < 0) s.out_end = out;
+  if (s.in_begin < 0 || s.in_begin > s.in_end || s.in_end > in || s.out_begin < 0 || s.out_begin > s.out_end ||
+      s.out_end > out) {
+    return absl::InvalidArgumentError(absl::StrCat("slice of \"", prefix, "\" inputs [", s.in_begin, ", ", s.in_end,
+                                                   ") outputs [", s.out_begin, ", ", s.out_end, ") outside ", in, "x",
+                                                   out));
+  }
+  return s;
+}
+
+// Copies rows [r0, r0 + rows) and columns [c0, c0 + cols) of a row-major fp32 matrix.
+Tensor sub_matrix(const Tensor& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
+  if (r0 == 0 && c0 == 0 && m.dim(0) == rows && m.dim(1) == cols) return m;
   Tensor out = Tensor::zeros(DType::kF32, {rows, cols});
   const int64_t full_cols = m.dim(1);
   for (int64_t r = 0; r < rows; ++r) {
-    std::copy_n(m.data<float>() + r * full_cols, cols, out.mutable_data<float>() + r * cols);
+    std::copy_n(m.data<float>() + (r0 + r) * full_cols + c0, cols, out.mutable_data<float>() + r * cols);
   }
   return out;
 }
 
-absl::StatusOr<Tensor> load_bias(const SafetensorsCollection& t, const std::string& prefix, int64_t out, int64_t padded) {
+// Copies elements [begin, end) of a 1-D tensor (any dtype).
+Tensor sub_vector(const Tensor& v, int64_t begin, int64_t end) {
+  Tensor out = Tensor::zeros(v.dtype(), {end - begin});
+  const size_t es = dtype_size(v.dtype());
+  std::memcpy(out.mutable_raw(), static_cast<const uint8_t*>(v.raw()) + begin * es, (end - begin) * es);
+  return out;
+}
+
+// Trellis tiles [k0/16, k1/16) x [n0/16, n1/16) of an I16 [k/16, n/16, 16K] tensor.
+Tensor sub_trellis(const Tensor& t, int64_t k0, int64_t k1, int64_t n0, int64_t n1) {
+  const int64_t tn = t.dim(1), words = t.dim(2);
+  if (k0 == 0 && n0 == 0 && k1 / 16 == t.dim(0) && n1 / 16 == tn) return t;
+  Tensor out = Tensor::zeros(DType::kI16, {(k1 - k0) / 16, (n1 - n0) / 16, words});
+  int16_t* dst = out.mutable_data<int16_t>();
+  for (int64_t r = k0 / 16; r < k1 / 16; ++r) {
+    const int16_t* src = t.data<int16_t>() + (r * tn + n0 / 16) * words;
+    dst = std::copy_n(src, (n1 - n0) / 16 * words, dst);
+  }
+  return out;
+}
+
+// A padded EXL3 boundary: multiples of 128 inside, the padded size at the end.
+absl::StatusOr<int64_t> exl3_bound(int64_t v, int64_t logical, const std::string& what) {
+  if (v == logical) return pad128(logical);
+  if (v % 128 != 0) return absl::InvalidArgumentError(absl::StrCat(what, " boundary ", v, " is not a multiple of 128"));
+  return v;
+}
+
+absl::StatusOr<Tensor> load_bias(const SafetensorsCollection& t, const std::string& prefix, int64_t out,
+                                 const LinearSlice& s) {
   const std::string name = prefix + ".bias";
-  if (!t.has(name)) return Tensor();
+  if (!t.has(name) || s.in_begin != 0) return Tensor();
   EXL3_ASSIGN_OR_RETURN(Tensor b, t.get(name));
   if (b.dtype() != DType::kF16 && b.dtype() != DType::kBF16 && b.dtype() != DType::kF32) {
     return tensor_error(t, name, absl::StrCat("has dtype ", dtype_name(b.dtype()), ", expected F16, BF16 or F32"));
   }
-  if (b.rank() != 1 || (b.dim(0) != out && b.dim(0) != padded)) {
+  if (b.rank() != 1 || (b.dim(0) != out && b.dim(0) != pad128(out))) {
     return tensor_error(t, name, absl::StrCat("has shape ", shape_string(b.shape()), ", expected [", out, "]"));
   }
-  Tensor f = b.to_f32();
-  return crop(f.reshape({1, b.dim(0)}), 1, out).reshape({out});
+  return sub_vector(b.to_f32(), s.out_begin, s.out_end);
 }
 
 }  // namespace
@@ -49,7 +92,8 @@ bool is_exl3_linear(const SafetensorsCollection& tensors, const std::string& pre
 }
 
 absl::StatusOr<Linear> Linear::load(const SafetensorsCollection& t, const std::string& prefix, int64_t in_features,
-                                    int64_t out_features) {
+                                    int64_t out_features, LinearSlice slice) {
+  EXL3_ASSIGN_OR_RETURN(const LinearSlice s, resolve(prefix, slice, in_features, out_features));
   if (!is_exl3_linear(t, prefix)) {
     if (t.has(prefix + ".trellis") || t.has(prefix + ".su") || t.has(prefix + ".sv")) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -60,9 +104,12 @@ absl::StatusOr<Linear> Linear::load(const SafetensorsCollection& t, const std::s
       return absl::NotFoundError(absl::StrCat("missing tensor \"", prefix, ".weight\" (and no EXL3 \"", prefix,
                                               ".trellis\")"));
     }
-    EXL3_ASSIGN_OR_RETURN(Linear lin, load_dense(t, prefix + ".weight", in_features, out_features));
-    EXL3_ASSIGN_OR_RETURN(lin.bias_, load_bias(t, prefix, out_features, out_features));
-    if (lin.bias_.defined()) lin.info_.stored_bytes += t.find(prefix + ".bias")->end - t.find(prefix + ".bias")->begin;
+    EXL3_ASSIGN_OR_RETURN(Linear lin, load_dense(t, prefix + ".weight", in_features, out_features, s));
+    EXL3_ASSIGN_OR_RETURN(lin.bias_, load_bias(t, prefix, out_features, s));
+    if (lin.bias_.defined()) {
+      lin.info_.stored_bytes += lin.bias_.numel() * dtype_size(t.find(prefix + ".bias")->dtype);
+      lin.info_.allocated_bytes += lin.bias_.nbytes();
+    }
     return lin;
   }
 
@@ -81,13 +128,21 @@ absl::StatusOr<Linear> Linear::load(const SafetensorsCollection& t, const std::s
                                                       in_features, "x", out_features, " (padded: ", pad128(in_features),
                                                       "x", pad128(out_features), ")"));
   }
+  EXL3_ASSIGN_OR_RETURN(const int64_t k0, exl3_bound(s.in_begin, in_features, prefix + " input"));
+  EXL3_ASSIGN_OR_RETURN(const int64_t k1, exl3_bound(s.in_end, in_features, prefix + " input"));
+  EXL3_ASSIGN_OR_RETURN(const int64_t n0, exl3_bound(s.out_begin, out_features, prefix + " output"));
+  EXL3_ASSIGN_OR_RETURN(const int64_t n1, exl3_bound(s.out_end, out_features, prefix + " output"));
+
+  EXL3_ASSIGN_OR_RETURN(Tensor trellis, t.get(trellis_name));
+  EXL3_ASSIGN_OR_RETURN(Tensor suh, t.get_checked(prefix + ".suh", DType::kF16, {k}));
+  EXL3_ASSIGN_OR_RETURN(Tensor svh, t.get_checked(prefix + ".svh", DType::kF16, {n}));
   Exl3Weight w;
-  w.k = k;
-  w.n = n;
+  w.k = k1 - k0;
+  w.n = n1 - n0;
   w.bits = static_cast<int>(ti->shape[2] / 16);
-  EXL3_ASSIGN_OR_RETURN(w.trellis, t.get(trellis_name));
-  EXL3_ASSIGN_OR_RETURN(w.suh, t.get_checked(prefix + ".suh", DType::kF16, {k}));
-  EXL3_ASSIGN_OR_RETURN(w.svh, t.get_checked(prefix + ".svh", DType::kF16, {n}));
+  w.trellis = sub_trellis(trellis, k0, k1, n0, n1);
+  w.suh = sub_vector(suh, k0, k1);
+  w.svh = sub_vector(svh, n0, n1);
 
   const bool mcg = t.has(prefix + ".mcg"), mul1 = t.has(prefix + ".mul1");
   if (mcg && mul1) return tensor_error(t, prefix + ".mcg", "and .mul1 are both present (at most one codebook marker)");
@@ -106,18 +161,26 @@ absl::StatusOr<Linear> Linear::load(const SafetensorsCollection& t, const std::s
   lin.info_.exl3 = true;
   lin.info_.bits = w.bits;
   lin.info_.codebook = w.codebook;
-  lin.info_.in_features = in_features;
-  lin.info_.out_features = out_features;
-  for (const char* suffix : {".trellis", ".suh", ".svh", ".mcg", ".mul1", ".bias"}) {
-    if (const TensorInfo* info = t.find(prefix + suffix)) lin.info_.stored_bytes += info->end - info->begin;
+  lin.info_.in_features = s.in_end - s.in_begin;
+  lin.info_.out_features = s.out_end - s.out_begin;
+  lin.info_.stored_bytes = w.trellis.nbytes() + w.suh.nbytes() + w.svh.nbytes();
+  if (lin.info_.in_features > 0 && lin.info_.out_features > 0) {
+    lin.weight_ = sub_matrix(exl3_dequantize_ref(w), 0, lin.info_.in_features, 0, lin.info_.out_features);
+  } else {
+    lin.weight_ = Tensor::zeros(DType::kF32, {lin.info_.in_features, lin.info_.out_features});
   }
-  lin.weight_ = crop(exl3_dequantize_ref(w), in_features, out_features);
-  EXL3_ASSIGN_OR_RETURN(lin.bias_, load_bias(t, prefix, out_features, n));
+  lin.info_.allocated_bytes = lin.weight_.nbytes();
+  EXL3_ASSIGN_OR_RETURN(lin.bias_, load_bias(t, prefix, out_features, s));
+  if (lin.bias_.defined()) {
+    lin.info_.stored_bytes += lin.bias_.numel() * 2;
+    lin.info_.allocated_bytes += lin.bias_.nbytes();
+  }
   return lin;
 }
 
 absl::StatusOr<Linear> Linear::load_dense(const SafetensorsCollection& t, const std::string& name, int64_t in_features,
-                                          int64_t out_features) {
+                                          int64_t out_features, LinearSlice slice) {
+  EXL3_ASSIGN_OR_RETURN(const LinearSlice s, resolve(name, slice, in_features, out_features));
   EXL3_ASSIGN_OR_RETURN(Tensor w, t.get(name));
   if (w.dtype() != DType::kF16 && w.dtype() != DType::kBF16 && w.dtype() != DType::kF32) {
     return tensor_error(t, name, absl::StrCat("has dtype ", dtype_name(w.dtype()), ", expected F16, BF16 or F32"));
@@ -127,18 +190,22 @@ absl::StatusOr<Linear> Linear::load_dense(const SafetensorsCollection& t, const 
     return tensor_error(t, name, absl::StrCat("has shape ", shape_string(w.shape()), ", expected [", out_features, ", ",
                                               in_features, "]"));
   }
-  const Tensor f = w.to_f32();
+  const int64_t rows = s.in_end - s.in_begin, cols = s.out_end - s.out_begin;
   Linear lin;
   lin.info_.bits = w.dtype() == DType::kF32 ? 32 : 16;
-  lin.info_.in_features = in_features;
-  lin.info_.out_features = out_features;
-  lin.info_.stored_bytes = w.nbytes();
-  lin.weight_ = Tensor::zeros(DType::kF32, {in_features, out_features});
+  lin.info_.in_features = rows;
+  lin.info_.out_features = cols;
+  lin.info_.stored_bytes = static_cast<uint64_t>(rows * cols) * dtype_size(w.dtype());
+  lin.weight_ = Tensor::zeros(DType::kF32, {rows, cols});
+  // Convert only the held (out, in) block, transposing into [in, out].
+  const Tensor block = sub_matrix(w.reshape({w.dim(0) * in_features}).to_f32().reshape({w.dim(0), in_features}),
+                                  s.out_begin, cols, s.in_begin, rows);
   float* dst = lin.weight_.mutable_data<float>();
-  const float* src = f.data<float>();
-  for (int64_t o = 0; o < out_features; ++o) {
-    for (int64_t i = 0; i < in_features; ++i) dst[i * out_features + o] = src[o * in_features + i];
+  const float* src = block.data<float>();
+  for (int64_t o = 0; o < cols; ++o) {
+    for (int64_t i = 0; i < rows; ++i) dst[i * cols + o] = src[o * rows + i];
   }
+  lin.info_.allocated_bytes = lin.weight_.nbytes();
   return lin;
 }
 

@@ -11,26 +11,37 @@
 
 namespace exl3 {
 
+// Part of a linear held by one rank, in logical feature indices: inputs [in_begin, in_end) (a
+// row split) and outputs [out_begin, out_end) (a column split). For EXL3 every boundary must be a
+// multiple of 128 or the end of the dimension. end = -1 means the end of the dimension.
+struct LinearSlice {
+  int64_t in_begin = 0, in_end = -1;
+  int64_t out_begin = 0, out_end = -1;
+};
+
 struct LinearInfo {
   bool exl3 = false;
   int bits = 16;                       // K for EXL3, else 16 (fp16/bf16) or 32
   Codebook codebook = Codebook::k3Inst;
-  int64_t in_features = 0;             // logical (unpadded) sizes
+  int64_t in_features = 0;             // logical (unpadded) sizes of the held slice
   int64_t out_features = 0;
-  uint64_t stored_bytes = 0;           // bytes of the tensors on disk
+  uint64_t stored_bytes = 0;           // bytes of the held slice's tensors on disk
+  uint64_t allocated_bytes = 0;        // bytes this backend allocated for it
 };
 
 class Linear {
  public:
   Linear() = default;
 
-  // Loads `prefix` (e.g. "model.layers.0.self_attn.q_proj"). EXL3 dims must be the logical dims
-  // padded to 128. A bias is loaded when `prefix.bias` exists.
+  // Loads `slice` of `prefix` (e.g. "model.layers.0.self_attn.q_proj") whose full logical size
+  // is in_features x out_features. EXL3 dims must be the logical dims padded to 128. A bias
+  // (`prefix.bias`) is loaded for the slice's outputs, on the slice that starts at input 0 only
+  // (row-split partial sums add it once).
   static absl::StatusOr<Linear> load(const SafetensorsCollection& tensors, const std::string& prefix,
-                                     int64_t in_features, int64_t out_features);
+                                     int64_t in_features, int64_t out_features, LinearSlice slice = {});
   // A dense linear from an HF-layout (out, in) matrix tensor, e.g. tied embeddings used as the head.
   static absl::StatusOr<Linear> load_dense(const SafetensorsCollection& tensors, const std::string& weight_name,
-                                           int64_t in_features, int64_t out_features);
+                                           int64_t in_features, int64_t out_features, LinearSlice slice = {});
 
   // x [m, in_features] -> [m, out_features].
   Tensor forward(const Tensor& x) const;

@@ -1,0 +1,106 @@
+// Step execution: batch assembly, multi-iteration decode and sampling.
+#include "worker/engine.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace exl3 {
+
+Engine::Engine(std::unique_ptr<LlamaModel> model, const EngineOptions& options, Communicator* comm)
+    : model_(std::move(model)),
+      cache_(model_->cache_shape(options.num_pages, options.page_size)),
+      comm_(comm) {}
+
+absl::Status Engine::validate(const StepInput& input) const {
+  const int64_t vocab = model_->config().vocab_size, pages = cache_.shape().num_pages;
+  const int64_t page_size = cache_.shape().page_size;
+  if (input.decode_steps < 1) return absl::InvalidArgumentError("decode_steps must be >= 1");
+  for (const StepSequence& s : input.sequences) {
+    if (s.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, " has no tokens"));
+    for (int32_t t : s.tokens) {
+      if (t < 0 || t >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": token ", t, " outside [0, ", vocab, ")"));
+      }
+    }
+    auto it = histories_.find(s.seq_id);
+    const int64_t known = it == histories_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size());
+    if (s.start_pos < 0 || s.start_pos > known) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": start position ", s.start_pos,
+                                                     " but the worker knows ", known, " tokens"));
+    }
+    const int64_t needed = s.start_pos + static_cast<int64_t>(s.tokens.size()) + (s.sample ? input.decode_steps - 1 : 0);
+    if (static_cast<int64_t>(s.page_table.size()) * page_size < needed) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": ", s.page_table.size(),
+                                                     " pages cannot hold ", needed, " positions"));
+    }
+    for (int32_t p : s.page_table) {
+      if (p < 0 || p >= pages) return absl::InvalidArgumentError(absl::StrCat("page ", p, " outside [0, ", pages, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
+                                                         const std::vector<const StepSequence*>& seqs) {
+  const int64_t vocab = model_->config().vocab_size;
+  std::vector<float> sampled(seqs.size(), 0.0f);
+  if (logits.dim(0) > 0) {
+    EXL3_CHECK_EQ(logits.dim(0), static_cast<int64_t>(seqs.size()));
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      const History& h = histories_.at(seqs[i]->seq_id);
+      const std::span<const int32_t> all(h.tokens);
+      const auto prompt = all.first(std::min<size_t>(h.prompt_len, all.size()));
+      const auto output = all.subspan(prompt.size());
+      sampled[i] = static_cast<float>(sample_ref(std::span<const float>(logits.data<float>() + i * vocab, vocab),
+                                                 seqs[i]->sampling, prompt, output, static_cast<int64_t>(all.size())));
+    }
+  }
+  // In a layer split only the head rank has logits: share its tokens (ids < 2^24 are exact in fp32).
+  if (model_->shard().mode == ShardMode::kLayers && comm_ != nullptr && comm_->world_size() > 1) {
+    EXL3_RETURN_IF_ERROR(comm_->all_reduce_sum(sampled));
+  }
+  std::vector<int32_t> out(sampled.size());
+  for (size_t i = 0; i < sampled.size(); ++i) out[i] = static_cast<int32_t>(sampled[i]);
+  return out;
+}
+
+absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
+  EXL3_RETURN_IF_ERROR(validate(input));
+  std::vector<BatchEntry> batch;
+  std::vector<const StepSequence*> samplers;
+  for (const StepSequence& s : input.sequences) {
+    History& h = histories_[s.seq_id];
+    h.tokens.resize(s.start_pos);  // a recomputed sequence restarts from start_pos
+    h.tokens.insert(h.tokens.end(), s.tokens.begin(), s.tokens.end());
+    if (s.prompt_len > 0) h.prompt_len = s.prompt_len;
+    batch.push_back(BatchEntry{s.tokens, s.start_pos, s.page_table, s.sample ? LogitsMode::kLast : LogitsMode::kNone});
+    if (s.sample) samplers.push_back(&s);
+  }
+  StepOutput out;
+  for (const StepSequence* s : samplers) out.tokens.push_back({s->seq_id, {}});
+
+  EXL3_ASSIGN_OR_RETURN(Tensor logits, model_->forward_batch(batch, cache_, comm_));
+  for (int32_t iter = 0; iter < input.decode_steps && !samplers.empty(); ++iter) {
+    EXL3_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, sample_rows(logits, samplers));
+    std::vector<int32_t> next_tokens(samplers.size());
+    for (size_t i = 0; i < samplers.size(); ++i) {
+      histories_[samplers[i]->seq_id].tokens.push_back(tokens[i]);
+      out.tokens[i].second.push_back(tokens[i]);
+      next_tokens[i] = tokens[i];
+    }
+    if (iter + 1 == input.decode_steps) break;
+    batch.clear();
+    for (size_t i = 0; i < samplers.size(); ++i) {
+      const History& h = histories_[samplers[i]->seq_id];
+      batch.push_back(BatchEntry{std::span<const int32_t>(&h.tokens.back(), 1),
+                                 static_cast<int32_t>(h.tokens.size() - 1), samplers[i]->page_table, LogitsMode::kLast});
+    }
+    EXL3_ASSIGN_OR_RETURN(logits, model_->forward_batch(batch, cache_, comm_));
+  }
+  return out;
+}
+
+void Engine::release(const std::vector<uint64_t>& seq_ids) {
+  for (uint64_t id : seq_ids) histories_.erase(id);
+}
+
+}  // namespace exl3

@@ -1,0 +1,73 @@
+// Engine: one rank's executor. Holds the model shard, the KV cache and each live sequence's
+// token history; runs step commands (a batch of prefill chunks and decodes, optionally several
+// decode iterations) and samples with the counter-based sampler, identically on every rank.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/sampling.h"
+#include "worker/comm/communicator.h"
+#include "worker/kv_cache.h"
+#include "worker/model/llama_model.h"
+
+namespace exl3 {
+
+struct StepSequence {
+  uint64_t seq_id = 0;
+  std::vector<int32_t> tokens;      // run at start_pos, start_pos + 1, ...
+  int32_t start_pos = 0;
+  std::vector<int32_t> page_table;  // covers start_pos + tokens.size() + decode_steps - 1 positions
+  bool sample = false;
+  SamplingParams sampling;
+  int32_t prompt_len = 0;           // prompt tokens of the sequence (for the penalties)
+};
+
+struct StepInput {
+  std::vector<StepSequence> sequences;
+  int32_t decode_steps = 1;
+};
+
+struct StepOutput {
+  // Sampled tokens of each sampling sequence, in input order.
+  std::vector<std::pair<uint64_t, std::vector<int32_t>>> tokens;
+};
+
+struct EngineOptions {
+  int64_t num_pages = 0;
+  int64_t page_size = 256;
+};
+
+class Engine {
+ public:
+  // `comm` must outlive the engine; null for a single rank.
+  Engine(std::unique_ptr<LlamaModel> model, const EngineOptions& options, Communicator* comm);
+
+  const LlamaModel& model() const { return *model_; }
+  uint64_t cache_bytes() const { return KvCache::bytes_for(cache_.shape()); }
+
+  // Validates a step against the engine's state (ids in range, positions consistent with the
+  // sequence's history, pages in range) and runs it. A collective failure is returned as is.
+  absl::StatusOr<StepOutput> run_step(const StepInput& input);
+  void release(const std::vector<uint64_t>& seq_ids);
+  size_t live_sequences() const { return histories_.size(); }
+
+ private:
+  struct History {
+    std::vector<int32_t> tokens;
+    int32_t prompt_len = 0;
+  };
+  absl::Status validate(const StepInput& input) const;
+  // Samples one token per logits row for the given sequences (all ranks agree).
+  absl::StatusOr<std::vector<int32_t>> sample_rows(const Tensor& logits, const std::vector<const StepSequence*>& seqs);
+
+  std::unique_ptr<LlamaModel> model_;
+  KvCache cache_;
+  Communicator* comm_;
+  std::map<uint64_t, History> histories_;
+};
+
+}  // namespace exl3
