@@ -1,0 +1,272 @@
+// Coordinator start-up, planning, loading and ordered shutdown.
+#include "coordinator/server/coordinator.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include <cstdio>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/planner/plan_table.h"
+#include "worker/loader/safetensors.h"
+#include "worker/service/proto_convert.h"
+
+namespace exl3 {
+namespace {
+
+pb::ShardPlan plan_to_proto(const RankPlan& p) {
+  pb::ShardPlan s;
+  s.set_mode(plan_mode_name(p.mode));
+  s.set_rank(p.rank);
+  s.set_world_size(p.world_size);
+  s.set_first_layer(static_cast<int32_t>(p.first_layer));
+  s.set_end_layer(static_cast<int32_t>(p.end_layer));
+  for (const LayerPlan& l : p.layers) {
+    pb::LayerShard* ls = s.add_layers();
+    ls->set_layer(static_cast<int32_t>(l.layer));
+    ls->set_kv_head_begin(static_cast<int32_t>(l.kv_head_begin));
+    ls->set_kv_head_end(static_cast<int32_t>(l.kv_head_end));
+    ls->set_mlp_begin(static_cast<int32_t>(l.mlp_begin));
+    ls->set_mlp_end(static_cast<int32_t>(l.mlp_end));
+  }
+  s.set_vocab_begin(static_cast<int32_t>(p.vocab_begin));
+  s.set_vocab_end(static_cast<int32_t>(p.vocab_end));
+  s.set_has_embedding(p.has_embedding);
+  s.set_has_head(p.has_head);
+  s.set_weight_bytes(static_cast<int64_t>(p.weight_bytes));
+  s.set_cache_bytes(static_cast<int64_t>(p.cache_bytes));
+  s.set_workspace_bytes(static_cast<int64_t>(p.workspace_bytes));
+  return s;
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  return absl::StrCat("run-", std::to_string(rd()), "-", std::to_string(rd()));
+}
+
+}  // namespace
+
+Coordinator::Coordinator(CoordinatorOptions options) : options_(std::move(options)) {}
+
+Coordinator::~Coordinator() { shutdown(std::chrono::milliseconds(0)); }
+
+PlannerOptions Coordinator::planner_options(const std::vector<uint64_t>& caps) const {
+  PlannerOptions p;
+  p.mode = options_.mode;
+  p.caps = caps;
+  p.max_seq_len = options_.max_seq_len;
+  p.max_batch = options_.max_batch;
+  p.page_size = options_.page_size;
+  p.step_tokens = std::max<int64_t>(options_.prefill_chunk, options_.max_batch);
+  return p;
+}
+
+absl::Status Coordinator::start_control() {
+  EXL3_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(options_.model_dir));
+  EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(options_.model_dir));
+  EXL3_ASSIGN_OR_RETURN(footprint_, build_model_footprint(config, Backend::kCpu, &tensors));
+  EXL3_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_model_dir(options_.model_dir));
+  tokenizer_.emplace(std::move(tok));
+  if (options_.max_seq_len <= 0) options_.max_seq_len = config.max_position_embeddings;
+  if (options_.max_seq_len > config.max_position_embeddings) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-seq-len ", options_.max_seq_len, " exceeds the model's ",
+                                                   config.max_position_embeddings, " positions"));
+  }
+  group_ = std::make_shared<WorkerGroup>(options_.world_size, random_run_id());
+  control_service_.set_group(group_);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(options_.control_host, ":", options_.control_port),
+                           grpc::InsecureServerCredentials(), &control_port_);
+  builder.RegisterService(&control_service_);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  control_server_ = builder.BuildAndStart();
+  if (!control_server_ || control_port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.control_host, ":", options_.control_port,
+                                               " for the control plane"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> Coordinator::plan_table(const std::vector<uint64_t>& caps) {
+  EXL3_ASSIGN_OR_RETURN(const std::vector<RankPlan> plans, plan_shards(footprint_, planner_options(caps)));
+  return format_plan_table(footprint_, plans, caps);
+}
+
+absl::Status Coordinator::start_serving() {
+  std::fprintf(stderr, "coordinator: waiting for %d worker(s) on %s:%d\n", options_.world_size,
+               options_.control_host.c_str(), control_port_);
+  EXL3_RETURN_IF_ERROR(group_->wait_ready(options_.worker_timeout));
+  std::vector<uint64_t> caps = options_.caps;
+  if (caps.empty()) {
+    for (const pb::RegisterRequest& r : group_->registrations()) caps.push_back(r.device().free_bytes());
+  }
+  if (static_cast<int>(caps.size()) != options_.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--split gives ", caps.size(), " caps for ", options_.world_size,
+                                                   " workers"));
+  }
+  const PlannerOptions popts = planner_options(caps);
+  EXL3_ASSIGN_OR_RETURN(plans_, plan_shards(footprint_, popts));
+  std::fprintf(stderr, "%s", format_plan_table(footprint_, plans_, caps).c_str());
+
+  std::vector<pb::Command> loads(options_.world_size);
+  for (int r = 0; r < options_.world_size; ++r) {
+    pb::LoadShard* l = loads[r].mutable_load();
+    l->set_model_dir(options_.model_dir);
+    *l->mutable_plan() = plan_to_proto(plans_[r]);
+    l->set_num_pages(static_cast<int32_t>(popts.num_pages()));
+    l->set_page_size(static_cast<int32_t>(options_.page_size));
+    l->set_comm_backend("gloo");
+    l->set_store_prefix(absl::StrCat(group_->run_id(), "/gloo"));
+    l->set_collective_timeout_ms(static_cast<int32_t>(options_.step_timeout.count()));
+    l->set_comm_host(options_.control_host);
+  }
+  EXL3_ASSIGN_OR_RETURN(const std::vector<pb::CommandResult> loaded, group_->call(loads, options_.load_timeout));
+  for (int r = 0; r < options_.world_size; ++r) {
+    const uint64_t planned = plans_[r].weight_bytes, got = static_cast<uint64_t>(loaded[r].load().weight_bytes());
+    std::fprintf(stderr, "coordinator: rank %d loaded %.2f MiB of weights (planned %.2f MiB), %.2f MiB cache\n", r,
+                 got / 1048576.0, planned / 1048576.0, loaded[r].load().cache_bytes() / 1048576.0);
+    // The plan prices what the worker allocates; a large difference means the plan is wrong.
+    if (got > planned + planned / 20 + (1 << 20)) {
+      return absl::InternalError(absl::StrCat("rank ", r, " allocated ", got, " bytes of weights, more than the ",
+                                              planned, " planned"));
+    }
+  }
+
+  SchedulerConfig sc;
+  sc.num_pages = static_cast<int32_t>(popts.num_pages());
+  sc.page_size = static_cast<int32_t>(options_.page_size);
+  sc.max_batch = static_cast<int32_t>(options_.max_batch);
+  sc.max_step_tokens = std::max<int32_t>(options_.prefill_chunk, static_cast<int32_t>(options_.max_batch));
+  sc.prefill_chunk = options_.prefill_chunk;
+  sc.max_queue = options_.max_queue;
+  sc.decode_steps = options_.decode_steps;
+  EXL3_RETURN_IF_ERROR(validate_scheduler_config(sc));
+  loop_ = std::make_unique<ServingLoop>(*tokenizer_, group_, sc, options_.step_timeout,
+                                        [this](const absl::Status& s) { on_group_failure(s); });
+  loop_->start();
+
+  const ModelConfig& c = footprint_.config;
+  ModelLimits limits;
+  limits.vocab_size = static_cast<int32_t>(c.vocab_size);
+  limits.max_context = static_cast<int32_t>(options_.max_seq_len);
+  for (int32_t id : tokenizer_->eos_ids()) limits.eos_token_ids.push_back(id);
+  for (int32_t id : c.eos_token_ids) {
+    if (std::find(limits.eos_token_ids.begin(), limits.eos_token_ids.end(), id) == limits.eos_token_ids.end()) {
+      limits.eos_token_ids.push_back(id);
+    }
+  }
+  v1::ModelInfoResponse info;
+  info.set_architecture(c.architecture_name);
+  info.set_num_layers(static_cast<int32_t>(c.num_layers));
+  info.set_vocab_size(static_cast<int32_t>(c.vocab_size));
+  info.set_hidden_size(static_cast<int32_t>(c.hidden_size));
+  info.set_bits_per_weight(footprint_.decoder_bits > 0 ? footprint_.decoder_bits : 16.0);
+  info.set_max_context(static_cast<int32_t>(options_.max_seq_len));
+  info.set_split_mode(plan_mode_name(options_.mode));
+  info.set_model_dir(options_.model_dir);
+  if (tokenizer_->bos_id()) info.set_bos_token_id(*tokenizer_->bos_id());
+  for (int32_t id : limits.eos_token_ids) info.add_eos_token_ids(id);
+  const auto regs = group_->registrations();
+  const int64_t group = c.num_heads / c.num_kv_heads;
+  for (int r = 0; r < options_.world_size; ++r) {
+    const RankPlan& p = plans_[r];
+    v1::RankShard* s = info.add_shards();
+    s->set_rank(r);
+    s->set_device(absl::StrCat(regs[r].device().name(), " on ", regs[r].hostname()));
+    s->set_first_layer(static_cast<int32_t>(p.first_layer));
+    s->set_end_layer(static_cast<int32_t>(p.end_layer));
+    int64_t kv = 0, mlp = 0;
+    for (const LayerPlan& l : p.layers) {
+      kv += l.kv_head_end - l.kv_head_begin;
+      mlp += l.mlp_end - l.mlp_begin;
+    }
+    s->set_kv_heads(kv);
+    s->set_attention_heads(kv * group);
+    s->set_mlp_columns(mlp);
+    s->set_vocab_rows(p.vocab_end - p.vocab_begin);
+    s->set_weight_bytes(static_cast<int64_t>(p.weight_bytes));
+    s->set_cache_bytes(static_cast<int64_t>(p.cache_bytes));
+    s->set_workspace_bytes(static_cast<int64_t>(p.workspace_bytes));
+    s->set_cap_bytes(static_cast<int64_t>(caps[r]));
+  }
+  inference_service_ = std::make_unique<InferenceService>(*tokenizer_, *loop_, limits, info,
+                                                          [this](v1::StatsResponse* r) { fill_worker_stats(r); });
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.port), grpc::InsecureServerCredentials(),
+                           &public_port_);
+  builder.RegisterService(inference_service_.get());
+  public_server_ = builder.BuildAndStart();
+  if (!public_server_ || public_port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host, ":", options_.port));
+  }
+  public_server_->GetHealthCheckService()->SetServingStatus(true);
+  return absl::OkStatus();
+}
+
+void Coordinator::fill_worker_stats(v1::StatsResponse* response) {
+  pb::Command ping;
+  ping.mutable_ping();
+  absl::StatusOr<std::vector<pb::CommandResult>> results = group_->call_all(ping, std::chrono::milliseconds(5000));
+  const auto regs = group_->registrations();
+  for (int r = 0; r < options_.world_size; ++r) {
+    v1::WorkerStats* w = response->add_workers();
+    w->set_rank(r);
+    w->set_device(regs[r].device().name());
+    if (results.ok()) {
+      w->set_weight_bytes((*results)[r].memory().weight_bytes());
+      w->set_cache_bytes((*results)[r].memory().cache_bytes());
+      w->set_memory_used_bytes((*results)[r].memory().memory_used_bytes());
+    }
+  }
+}
+
+void Coordinator::on_group_failure(const absl::Status& status) {
+  std::lock_guard lock(mu_);
+  if (failure_.ok()) failure_ = status;
+  if (public_server_) public_server_->GetHealthCheckService()->SetServingStatus(false);
+  cv_.notify_all();
+}
+
+absl::Status Coordinator::wait() {
+  std::unique_lock lock(mu_);
+  while (!stop_requested_ && failure_.ok()) {
+    cv_.wait_for(lock, std::chrono::milliseconds(200));
+    // A worker lost while idle shows up in the group before any step notices it.
+    const absl::Status group_failure = group_ ? group_->failure() : absl::OkStatus();
+    if (!group_failure.ok() && failure_.ok()) {
+      lock.unlock();
+      if (loop_) loop_->drain_and_stop(std::chrono::milliseconds(0));
+      lock.lock();
+      failure_ = group_failure;
+    }
+  }
+  return failure_;
+}
+
+void Coordinator::request_stop() {
+  std::lock_guard lock(mu_);
+  stop_requested_ = true;
+  cv_.notify_all();
+}
+
+void Coordinator::shutdown(std::chrono::milliseconds drain_timeout) {
+  {
+    std::lock_guard lock(mu_);
+    if (shut_down_) return;
+    shut_down_ = true;
+  }
+  if (public_server_) public_server_->GetHealthCheckService()->SetServingStatus(false);
+  if (loop_) loop_->drain_and_stop(drain_timeout);
+  if (group_) group_->shutdown("coordinator shutting down", std::chrono::milliseconds(5000));
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
+  if (public_server_) public_server_->Shutdown(deadline);
+  if (control_server_) control_server_->Shutdown(deadline);
+}
+
+}  // namespace exl3

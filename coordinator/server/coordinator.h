@@ -1,0 +1,89 @@
+// Coordinator: start-up and shutdown order of one serving run. start_control() loads the model's
+// config, tokenizer and footprint and opens the control plane (workers may dial from then on);
+// start_serving() waits for every worker, plans the shards, loads them, checks each rank's loaded
+// bytes against its plan and opens the public API (with health and reflection). shutdown() stops
+// in order: refuse new requests, drain, stop the workers, close the servers.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/planner/model_footprint.h"
+#include "coordinator/planner/shard_planner.h"
+#include "coordinator/server/control_service.h"
+#include "coordinator/server/inference_service.h"
+#include "coordinator/server/serving_loop.h"
+#include "coordinator/tokenizer/tokenizer.h"
+
+namespace exl3 {
+
+struct CoordinatorOptions {
+  std::string model_dir;
+  int world_size = 1;
+  std::string host = "127.0.0.1";          // public API
+  int port = 50051;                        // 0 = ephemeral
+  std::string control_host = "127.0.0.1";  // control plane (workers dial it)
+  int control_port = 0;                    // 0 = ephemeral
+  PlanMode mode = PlanMode::kTensorParallel;
+  std::vector<uint64_t> caps;              // per-rank byte caps; empty = each worker's reported free memory
+  int64_t max_seq_len = 0;                 // 0 = the model's max_position_embeddings
+  int64_t max_batch = 16;                  // sequences running at once
+  int64_t page_size = 256;
+  int32_t prefill_chunk = 256;
+  int32_t max_queue = 256;
+  int32_t decode_steps = 1;
+  std::chrono::milliseconds worker_timeout{60000};   // all workers registered and connected
+  std::chrono::milliseconds load_timeout{600000};    // shards loaded
+  std::chrono::milliseconds step_timeout{60000};     // one step on every rank
+};
+
+class Coordinator {
+ public:
+  explicit Coordinator(CoordinatorOptions options);
+  ~Coordinator();
+
+  absl::Status start_control();
+  int control_port() const { return control_port_; }
+  // The plan for the given caps (no workers needed): used by --plan-only.
+  absl::StatusOr<std::string> plan_table(const std::vector<uint64_t>& caps);
+  absl::Status start_serving();
+  int public_port() const { return public_port_; }
+  const ModelConfig& config() const { return footprint_.config; }
+
+  // Blocks until the worker group fails (returns its status) or request_stop() (returns OK).
+  absl::Status wait();
+  void request_stop();
+  void shutdown(std::chrono::milliseconds drain_timeout);
+
+ private:
+  PlannerOptions planner_options(const std::vector<uint64_t>& caps) const;
+  void on_group_failure(const absl::Status& status);
+  void fill_worker_stats(v1::StatsResponse* response);
+
+  CoordinatorOptions options_;
+  std::optional<Tokenizer> tokenizer_;
+  ModelFootprint footprint_;
+  std::vector<RankPlan> plans_;
+  std::shared_ptr<WorkerGroup> group_;
+  ControlService control_service_;
+  std::unique_ptr<grpc::Server> control_server_;
+  std::unique_ptr<ServingLoop> loop_;
+  std::unique_ptr<InferenceService> inference_service_;
+  std::unique_ptr<grpc::Server> public_server_;
+  int control_port_ = 0;
+  int public_port_ = 0;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_requested_ = false;
+  absl::Status failure_;
+  bool shut_down_ = false;
+};
+
+}  // namespace exl3

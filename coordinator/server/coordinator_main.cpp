@@ -1,0 +1,78 @@
+// exl3-coordinator: the coordinator alone, for workers started by hand on any host
+// (exl3-worker --coordinator HOST:CONTROL_PORT --rank R --world N).
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_split.h"
+#include "coordinator/planner/byte_units.h"
+#include "coordinator/server/coordinator.h"
+
+namespace {
+
+std::atomic<bool> g_stop_signal{false};  // set by the signal handler, read by main's loop
+void on_signal(int) { g_stop_signal = true; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  exl3::CoordinatorOptions o;
+  std::string mode = "tp", split;
+  CLI::App app{"exl3-coordinator: serves the gRPC generate API and drives workers that dial in"};
+  app.add_option("--model", o.model_dir, "Model directory (config.json, *.safetensors, tokenizer.json)")->required();
+  app.add_option("--world", o.world_size, "Number of workers that will register")->required()->check(CLI::PositiveNumber);
+  app.add_option("--host", o.host, "Address of the public API")->capture_default_str();
+  app.add_option("--port", o.port, "Port of the public API (0 = any free port)")->capture_default_str();
+  app.add_option("--control-host", o.control_host, "Address workers dial (and their collectives bind to)")
+      ->capture_default_str();
+  app.add_option("--control-port", o.control_port, "Port of the control plane")->capture_default_str();
+  app.add_option("--mode", mode, "Sharding: tp (tensor parallel) or layers (contiguous layer ranges)")
+      ->check(CLI::IsMember({"tp", "layers"}))->capture_default_str();
+  app.add_option("--split", split, "Per-worker memory caps in GiB, comma separated (default: each worker's free memory)");
+  app.add_option("--max-seq-len", o.max_seq_len, "Longest sequence served, prompt + output (default: the model's)");
+  app.add_option("--max-batch", o.max_batch, "Sequences running at once")->capture_default_str();
+  app.add_option("--decode-steps", o.decode_steps, "Decode iterations per worker command")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+  o.mode = *exl3::parse_plan_mode(mode);
+  if (!split.empty()) {
+    for (const auto& part : absl::StrSplit(split, ',')) {
+      double gib = 0;
+      if (!absl::SimpleAtod(part, &gib) || gib < 0) {
+        std::fprintf(stderr, "exl3-coordinator: --split value \"%s\" is not a GiB amount\n", std::string(part).c_str());
+        return 2;
+      }
+      o.caps.push_back(exl3::gib_to_bytes(gib));
+    }
+  }
+  std::signal(SIGINT, on_signal);
+  std::signal(SIGTERM, on_signal);
+  exl3::Coordinator coordinator(o);
+  absl::Status s = coordinator.start_control();
+  if (s.ok()) {
+    std::fprintf(stderr, "exl3-coordinator: control plane on %s:%d; start %d worker(s) with\n"
+                         "  exl3-worker --coordinator %s:%d --rank R --world %d\n",
+                 o.control_host.c_str(), coordinator.control_port(), o.world_size, o.control_host.c_str(),
+                 coordinator.control_port(), o.world_size);
+    s = coordinator.start_serving();
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(s.message()).c_str());
+    coordinator.shutdown(std::chrono::milliseconds(0));
+    return 1;
+  }
+  std::printf("serving on %s:%d\n", o.host.c_str(), coordinator.public_port());
+  std::fflush(stdout);
+  std::thread watcher([&] {
+    while (!g_stop_signal) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    coordinator.request_stop();
+  });
+  watcher.detach();
+  const absl::Status result = coordinator.wait();
+  coordinator.shutdown(std::chrono::milliseconds(30000));
+  if (!result.ok()) {
+    std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(result.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

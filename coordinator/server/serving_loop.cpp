@@ -1,0 +1,239 @@
+// The step thread: scheduling, worker round trips, streaming and stop conditions.
+#include "coordinator/server/serving_loop.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "worker/service/proto_convert.h"
+
+namespace exl3 {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+pb::Command step_command(const StepPlan& plan) {
+  pb::Command cmd;
+  pb::Step* step = cmd.mutable_step();
+  step->set_step_id(plan.step_id);
+  step->set_decode_steps(plan.decode_steps);
+  for (const SequencePlan& s : plan.sequences) {
+    pb::SequenceStep* q = step->add_sequences();
+    q->set_seq_id(s.seq_id);
+    q->mutable_tokens()->Add(s.tokens.begin(), s.tokens.end());
+    q->set_start_pos(s.start_pos);
+    q->mutable_page_table()->Add(s.page_table.begin(), s.page_table.end());
+    q->set_sample(s.sample);
+    *q->mutable_sampling() = sampling_to_proto(s.sampling);
+    q->set_prompt_len(s.prompt_len);
+  }
+  return cmd;
+}
+
+}  // namespace
+
+ServingLoop::ServingLoop(const Tokenizer& tokenizer, std::shared_ptr<WorkerGroup> group, const SchedulerConfig& config,
+                         std::chrono::milliseconds step_timeout, FailureCallback on_failure)
+    : tokenizer_(tokenizer),
+      group_(std::move(group)),
+      step_timeout_(step_timeout),
+      on_failure_(std::move(on_failure)),
+      scheduler_(config) {}
+
+ServingLoop::~ServingLoop() {
+  {
+    std::lock_guard lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void ServingLoop::start() { thread_ = std::thread([this] { run(); }); }
+
+absl::StatusOr<ServingLoop::Submitted> ServingLoop::submit(ValidatedRequest request) {
+  std::lock_guard lock(mu_);
+  if (!accepting_) return absl::UnavailableError("the server is shutting down or its workers failed");
+  Live live;
+  live.channel = std::make_shared<RequestChannel>();
+  live.detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_, request.skip_special_tokens);
+  live.stops = std::make_unique<StopStringFilter>(request.stop_strings);
+  live.arrival = Clock::now();
+  live.prompt_tokens = static_cast<int32_t>(request.prompt_ids.size());
+  EXL3_ASSIGN_OR_RETURN(const SeqId id, scheduler_.submit(std::move(request)));
+  Submitted out{id, live.channel};
+  live_.emplace(id, std::move(live));
+  cv_.notify_all();
+  return out;
+}
+
+void ServingLoop::cancel(SeqId id) {
+  std::lock_guard lock(mu_);
+  if (scheduler_.cancel(id).ok()) {
+    auto it = live_.find(id);
+    if (it != live_.end()) {
+      it->second.channel->fail(absl::CancelledError("cancelled by the client"));
+      live_.erase(it);
+    }
+    cv_.notify_all();
+  }
+}
+
+ServingTotals ServingLoop::totals() {
+  std::lock_guard lock(mu_);
+  ServingTotals t;
+  t.scheduler = scheduler_.stats();
+  const auto now = Clock::now();
+  t.uptime_s = seconds(now - started_);
+  int64_t recent = 0;
+  for (const auto& [when, n] : recent_) {
+    if (now - when < std::chrono::seconds(10)) recent += n;
+  }
+  t.recent_tokens_per_s = recent / std::min(10.0, std::max(t.uptime_s, 1e-3));
+  t.mean_tokens_per_s = busy_seconds_ > 0 ? t.scheduler.generated_tokens / busy_seconds_ : 0.0;
+  return t;
+}
+
+void ServingLoop::drain_and_stop(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  accepting_ = false;
+  cv_.wait_for(lock, timeout, [&] { return live_.empty() || stop_; });
+  stop_ = true;
+  cv_.notify_all();
+  lock.unlock();
+  if (thread_.joinable()) thread_.join();
+  fail_all(absl::UnavailableError("the server stopped before the request finished"));
+}
+
+void ServingLoop::fail_all(const absl::Status& status) {
+  std::lock_guard lock(mu_);
+  accepting_ = false;
+  if (scheduler_.step_in_flight()) scheduler_.abandon_step();
+  scheduler_.cancel_all();
+  for (auto& [id, live] : live_) live.channel->fail(status);
+  live_.clear();
+  cv_.notify_all();
+}
+
+absl::Status ServingLoop::run_step(const StepPlan& plan, StepOutcome* outcome) {
+  if (!plan.released.empty()) {
+    pb::Command release;
+    release.mutable_release()->mutable_seq_ids()->Add(plan.released.begin(), plan.released.end());
+    EXL3_RETURN_IF_ERROR(group_->call_all(release, step_timeout_).status());
+  }
+  EXL3_ASSIGN_OR_RETURN(const std::vector<pb::CommandResult> results, group_->call_all(step_command(plan), step_timeout_));
+  // Every rank samples the same tokens; disagreement means the group is broken.
+  const pb::StepResult& first = results[0].step();
+  for (size_t r = 1; r < results.size(); ++r) {
+    const pb::StepResult& other = results[r].step();
+    bool same = other.sequences_size() == first.sequences_size();
+    for (int i = 0; same && i < first.sequences_size(); ++i) {
+      same = other.sequences(i).seq_id() == first.sequences(i).seq_id() &&
+             std::equal(other.sequences(i).token_ids().begin(), other.sequences(i).token_ids().end(),
+                        first.sequences(i).token_ids().begin(), first.sequences(i).token_ids().end());
+    }
+    if (!same) return absl::InternalError(absl::StrCat("rank ", r, " sampled different tokens than rank 0"));
+  }
+  outcome->step_id = plan.step_id;
+  for (const auto& s : first.sequences()) {
+    outcome->sequences.push_back({s.seq_id(), {s.token_ids().begin(), s.token_ids().end()}});
+  }
+  return absl::OkStatus();
+}
+
+void ServingLoop::end_live(SeqId id, FinishReason reason) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return;
+  Live& live = it->second;
+  const std::string rest = live.detokenizer->flush();
+  const std::string tail = live.stops->append(rest).emit + live.stops->flush();
+  if (!tail.empty()) live.channel->push(tail, {});
+  const auto now = Clock::now();
+  GenerationUsage usage;
+  usage.prompt_tokens = live.prompt_tokens;
+  usage.completion_tokens = live.completion_tokens;
+  usage.time_to_first_token_s = seconds(live.first_token - live.arrival);
+  usage.total_time_s = seconds(now - live.arrival);
+  const double decode_time = seconds(now - live.first_token);
+  usage.decode_tokens_per_s = live.completion_tokens > 1 && decode_time > 0 ? (live.completion_tokens - 1) / decode_time : 0;
+  live.channel->finish(reason, usage);
+  live_.erase(it);
+}
+
+void ServingLoop::apply_updates(const std::vector<SequenceUpdate>& updates) {
+  const auto now = Clock::now();
+  int64_t generated = 0;
+  for (const SequenceUpdate& u : updates) {
+    auto it = live_.find(u.seq_id);
+    if (it == live_.end()) continue;
+    Live& live = it->second;
+    if (live.completion_tokens == 0 && !u.new_tokens.empty()) live.first_token = now;
+    live.completion_tokens += static_cast<int32_t>(u.new_tokens.size());
+    generated += static_cast<int64_t>(u.new_tokens.size());
+    std::string delta;
+    for (int32_t t : u.new_tokens) delta += live.detokenizer->push(t);
+    const StopStringFilter::Result r = live.stops->append(delta);
+    if (!r.emit.empty() || !u.new_tokens.empty()) live.channel->push(r.emit, u.new_tokens);
+    if (r.stopped) {
+      (void)scheduler_.finish(u.seq_id, FinishReason::kStopString);
+      end_live(u.seq_id, FinishReason::kStopString);
+    } else if (u.finish_reason) {
+      end_live(u.seq_id, *u.finish_reason);
+    }
+  }
+  recent_.push_back({now, generated});
+  while (!recent_.empty() && now - recent_.front().first > std::chrono::seconds(10)) recent_.erase(recent_.begin());
+}
+
+void ServingLoop::run() {
+  while (true) {
+    std::optional<StepPlan> plan;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_ || !scheduler_.idle(); });
+      if (stop_) return;
+      plan = scheduler_.next_step();
+      if (!plan) {
+        const std::vector<SeqId> released = scheduler_.take_released();
+        if (!released.empty()) {
+          lock.unlock();
+          pb::Command release;
+          release.mutable_release()->mutable_seq_ids()->Add(released.begin(), released.end());
+          const absl::Status s = group_->call_all(release, step_timeout_).status();
+          if (!s.ok()) {
+            fail_all(s);
+            if (on_failure_) on_failure_(s);
+            return;
+          }
+        }
+        continue;
+      }
+    }
+    const auto t0 = Clock::now();
+    StepOutcome outcome;
+    const absl::Status status = run_step(*plan, &outcome);
+    if (!status.ok()) {
+      std::fprintf(stderr, "coordinator: step %llu failed: %s\n", static_cast<unsigned long long>(plan->step_id),
+                   std::string(status.message()).c_str());
+      const absl::Status client_status =
+          absl::UnavailableError(absl::StrCat("worker group failed: ", std::string(status.message())));
+      fail_all(client_status);
+      if (on_failure_) on_failure_(status);
+      return;
+    }
+    std::lock_guard lock(mu_);
+    busy_seconds_ += seconds(Clock::now() - t0);
+    absl::StatusOr<std::vector<SequenceUpdate>> updates = scheduler_.complete_step(outcome);
+    if (!updates.ok()) {
+      scheduler_.abandon_step();
+      std::fprintf(stderr, "coordinator: step %llu result rejected: %s\n",
+                   static_cast<unsigned long long>(plan->step_id), std::string(updates.status().message()).c_str());
+      continue;
+    }
+    apply_updates(*updates);
+    cv_.notify_all();
+  }
+}
+
+}  // namespace exl3

@@ -1,0 +1,86 @@
+// ServingLoop: the coordinator's step thread. It asks the scheduler for the next batch, sends it
+// to every worker rank, feeds the sampled tokens back, detokenizes incrementally, applies stop
+// strings and hands text to each request's channel. A failed step (a worker died, a deadline)
+// fails every in-flight request with the group's status and stops the loop.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "coordinator/scheduler/scheduler.h"
+#include "coordinator/server/request_channel.h"
+#include "coordinator/server/stop_string_filter.h"
+#include "coordinator/server/worker_group.h"
+#include "coordinator/tokenizer/streaming_detokenizer.h"
+#include "coordinator/tokenizer/tokenizer.h"
+
+namespace exl3 {
+
+struct ServingTotals {
+  SchedulerStats scheduler;
+  double uptime_s = 0.0;
+  double recent_tokens_per_s = 0.0;  // over the last 10 s
+  double mean_tokens_per_s = 0.0;    // generated tokens over busy time
+};
+
+class ServingLoop {
+ public:
+  using FailureCallback = std::function<void(const absl::Status&)>;
+
+  ServingLoop(const Tokenizer& tokenizer, std::shared_ptr<WorkerGroup> group, const SchedulerConfig& config,
+              std::chrono::milliseconds step_timeout, FailureCallback on_failure);
+  ~ServingLoop();
+
+  void start();
+  // Stops admitting new requests; waits up to `timeout` for running ones to finish; then stops the
+  // thread, failing what is left with UNAVAILABLE.
+  void drain_and_stop(std::chrono::milliseconds timeout);
+
+  struct Submitted {
+    SeqId id;
+    std::shared_ptr<RequestChannel> channel;
+  };
+  absl::StatusOr<Submitted> submit(ValidatedRequest request);
+  void cancel(SeqId id);
+  ServingTotals totals();
+
+ private:
+  struct Live {
+    std::shared_ptr<RequestChannel> channel;
+    std::unique_ptr<StreamingDetokenizer> detokenizer;
+    std::unique_ptr<StopStringFilter> stops;
+    std::chrono::steady_clock::time_point arrival, first_token;
+    int32_t prompt_tokens = 0;
+    int32_t completion_tokens = 0;
+  };
+
+  void run();
+  absl::Status run_step(const StepPlan& plan, StepOutcome* outcome);
+  void apply_updates(const std::vector<SequenceUpdate>& updates);
+  void end_live(SeqId id, FinishReason reason);
+  void fail_all(const absl::Status& status);
+
+  const Tokenizer& tokenizer_;
+  std::shared_ptr<WorkerGroup> group_;
+  const std::chrono::milliseconds step_timeout_;
+  FailureCallback on_failure_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Scheduler scheduler_;
+  std::map<SeqId, Live> live_;
+  bool accepting_ = true;
+  bool stop_ = false;
+  std::thread thread_;
+
+  const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  double busy_seconds_ = 0.0;
+  std::vector<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // (time, tokens)
+};
+
+}  // namespace exl3

@@ -1,0 +1,208 @@
+// Worker registration, command sessions and group-wide calls with deadlines.
+#include "coordinator/server/worker_group.h"
+
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace exl3 {
+
+WorkerGroup::WorkerGroup(int world_size, std::string run_id)
+    : world_size_(world_size), run_id_(std::move(run_id)), ranks_(world_size) {}
+
+grpc::Status WorkerGroup::on_register(const pb::RegisterRequest& request, pb::RegisterResponse* response) {
+  std::lock_guard lock(mu_);
+  if (closed_ || !failure_.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker group is closed");
+  if (request.world_size() != world_size_) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("world_size ", request.world_size(), " but the coordinator expects ", world_size_));
+  }
+  if (request.rank() < 0 || request.rank() >= world_size_) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        absl::StrCat("rank ", request.rank(), " outside [0, ", world_size_, ")"));
+  }
+  Rank& r = ranks_[request.rank()];
+  if (r.registered) {
+    return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, absl::StrCat("rank ", request.rank(), " is already registered"));
+  }
+  r.registered = true;
+  r.registration = request;
+  response->set_run_id(run_id_);
+  cv_.notify_all();
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerGroup::run_session(grpc::ServerContext* context,
+                                      grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>* stream) {
+  pb::WorkerMessage msg;
+  if (!stream->Read(&msg) || !msg.has_hello()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "a session must start with SessionHello");
+  }
+  const int rank = msg.hello().rank();
+  {
+    std::lock_guard lock(mu_);
+    if (msg.hello().run_id() != run_id_) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "session for another run of the group");
+    }
+    if (rank < 0 || rank >= world_size_ || !ranks_[rank].registered || ranks_[rank].session_open) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("unexpected session for rank ", rank));
+    }
+    ranks_[rank].stream = stream;
+    ranks_[rank].session_open = true;
+    cv_.notify_all();
+  }
+  while (stream->Read(&msg)) {
+    if (!msg.has_result()) continue;
+    std::lock_guard lock(mu_);
+    if (msg.result().command_id() == pending_id_ && pending_results_[rank] == std::nullopt) {
+      pending_results_[rank] = msg.result();
+      cv_.notify_all();
+    }
+  }
+  {
+    std::lock_guard lock(mu_);
+    if (!closed_ && failure_.ok()) {
+      failure_ = absl::UnavailableError(absl::StrCat("worker rank ", rank, " disconnected",
+                                                     context->IsCancelled() ? " (session cancelled)" : ""));
+      std::fprintf(stderr, "coordinator: %s\n", std::string(failure_.message()).c_str());
+    }
+    cv_.notify_all();
+  }
+  // No writer may hold this stream once the handler returns.
+  std::lock_guard write_lock(write_mu_);
+  std::lock_guard lock(mu_);
+  ranks_[rank].session_open = false;
+  ranks_[rank].stream = nullptr;
+  cv_.notify_all();
+  return grpc::Status::OK;
+}
+
+absl::Status WorkerGroup::wait_ready(std::chrono::milliseconds timeout) {
+  std::unique_lock lock(mu_);
+  const bool ready = cv_.wait_for(lock, timeout, [&] {
+    if (!failure_.ok() || closed_) return true;
+    for (const Rank& r : ranks_) {
+      if (!r.session_open) return false;
+    }
+    return true;
+  });
+  if (!failure_.ok()) return failure_;
+  if (closed_) return absl::CancelledError("the worker group was closed");
+  if (!ready) {
+    std::vector<int> missing;
+    for (int i = 0; i < world_size_; ++i) {
+      if (!ranks_[i].session_open) missing.push_back(i);
+    }
+    return absl::DeadlineExceededError(absl::StrCat("workers did not connect within ", timeout.count() / 1000.0,
+                                                    " s: missing rank(s) ", absl::StrJoin(missing, ", ")));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<pb::RegisterRequest> WorkerGroup::registrations() const {
+  std::lock_guard lock(mu_);
+  std::vector<pb::RegisterRequest> out;
+  for (const Rank& r : ranks_) out.push_back(r.registration);
+  return out;
+}
+
+absl::StatusOr<std::vector<pb::CommandResult>> WorkerGroup::call_all(const pb::Command& command,
+                                                                     std::chrono::milliseconds timeout) {
+  return call(std::vector<pb::Command>(world_size_, command), timeout);
+}
+
+absl::StatusOr<std::vector<pb::CommandResult>> WorkerGroup::call(std::vector<pb::Command> commands,
+                                                                 std::chrono::milliseconds timeout) {
+  std::lock_guard call_lock(call_mu_);
+  uint64_t id = 0;
+  {
+    std::lock_guard write_lock(write_mu_);
+    std::vector<grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>*> streams;
+    {
+      std::lock_guard lock(mu_);
+      if (!failure_.ok()) return failure_;
+      if (closed_) return absl::UnavailableError("the worker group is shut down");
+      id = next_command_id_++;
+      pending_id_ = id;
+      pending_results_.assign(world_size_, std::nullopt);
+      for (const Rank& r : ranks_) streams.push_back(r.stream);
+    }
+    for (int i = 0; i < world_size_; ++i) {
+      commands[i].set_command_id(id);
+      if (streams[i] == nullptr || !streams[i]->Write(commands[i])) {
+        fail(absl::UnavailableError(absl::StrCat("worker rank ", i, " is not reachable")));
+        return failure();
+      }
+    }
+  }
+  std::unique_lock lock(mu_);
+  const bool done = cv_.wait_for(lock, timeout, [&] {
+    if (!failure_.ok() || closed_) return true;
+    for (const auto& r : pending_results_) {
+      if (!r) return false;
+    }
+    return true;
+  });
+  pending_id_ = 0;
+  if (!failure_.ok()) return failure_;
+  if (closed_) return absl::UnavailableError("the worker group is shut down");
+  if (!done) {
+    std::vector<int> late;
+    for (int i = 0; i < world_size_; ++i) {
+      if (!pending_results_[i]) late.push_back(i);
+    }
+    failure_ = absl::DeadlineExceededError(absl::StrCat("worker rank(s) ", absl::StrJoin(late, ", "),
+                                                        " did not answer within ", timeout.count(), " ms"));
+    cv_.notify_all();
+    return failure_;
+  }
+  std::vector<pb::CommandResult> results;
+  for (int i = 0; i < world_size_; ++i) {
+    const pb::CommandResult& r = *pending_results_[i];
+    if (r.code() != 0) {
+      return absl::Status(static_cast<absl::StatusCode>(r.code()), absl::StrCat("rank ", i, ": ", r.message()));
+    }
+    results.push_back(r);
+  }
+  return results;
+}
+
+void WorkerGroup::fail(const absl::Status& reason) {
+  std::lock_guard lock(mu_);
+  if (failure_.ok()) failure_ = reason;
+  cv_.notify_all();
+}
+
+absl::Status WorkerGroup::failure() const {
+  std::lock_guard lock(mu_);
+  return failure_;
+}
+
+void WorkerGroup::shutdown(const std::string& reason, std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard write_lock(write_mu_);
+    std::vector<grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>*> streams;
+    {
+      std::lock_guard lock(mu_);
+      for (const Rank& r : ranks_) streams.push_back(r.session_open ? r.stream : nullptr);
+    }
+    pb::Command cmd;
+    cmd.set_command_id(0);
+    cmd.mutable_shutdown()->set_reason(reason);
+    for (auto* s : streams) {
+      if (s != nullptr) s->Write(cmd);
+    }
+  }
+  std::unique_lock lock(mu_);
+  cv_.wait_for(lock, timeout, [&] {
+    for (const Rank& r : ranks_) {
+      if (r.session_open) return false;
+    }
+    return true;
+  });
+  closed_ = true;
+  cv_.notify_all();
+}
+
+}  // namespace exl3

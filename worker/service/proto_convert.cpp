@@ -1,0 +1,87 @@
+// Conversions between control-plane messages and worker values.
+#include "worker/service/proto_convert.h"
+
+namespace exl3 {
+
+ModelShard shard_from_proto(const control::v1::ShardPlan& plan) {
+  ModelShard s;
+  s.mode = plan.mode() == "layers" ? ShardMode::kLayers : ShardMode::kTensorParallel;
+  s.rank = plan.rank();
+  s.world_size = plan.world_size();
+  s.first_layer = plan.first_layer();
+  s.end_layer = plan.end_layer();
+  for (const auto& l : plan.layers()) s.layers.push_back({l.kv_head_begin(), l.kv_head_end(), l.mlp_begin(), l.mlp_end()});
+  s.vocab_begin = plan.vocab_begin();
+  s.vocab_end = plan.vocab_end();
+  s.has_embedding = plan.has_embedding();
+  s.has_head = plan.has_head();
+  return s;
+}
+
+control::v1::ShardPlan shard_to_proto(const ModelShard& s) {
+  control::v1::ShardPlan p;
+  p.set_mode(s.mode == ShardMode::kLayers ? "layers" : "tp");
+  p.set_rank(s.rank);
+  p.set_world_size(s.world_size);
+  p.set_first_layer(static_cast<int32_t>(s.first_layer));
+  p.set_end_layer(static_cast<int32_t>(s.end_layer));
+  for (int64_t l = s.first_layer; l < s.end_layer; ++l) {
+    auto* ls = p.add_layers();
+    const LayerSlice& sl = s.slice(l);
+    ls->set_layer(static_cast<int32_t>(l));
+    ls->set_kv_head_begin(static_cast<int32_t>(sl.kv_head_begin));
+    ls->set_kv_head_end(static_cast<int32_t>(sl.kv_head_end));
+    ls->set_mlp_begin(static_cast<int32_t>(sl.mlp_begin));
+    ls->set_mlp_end(static_cast<int32_t>(sl.mlp_end));
+  }
+  p.set_vocab_begin(static_cast<int32_t>(s.vocab_begin));
+  p.set_vocab_end(static_cast<int32_t>(s.vocab_end));
+  p.set_has_embedding(s.has_embedding);
+  p.set_has_head(s.has_head);
+  return p;
+}
+
+SamplingParams sampling_from_proto(const control::v1::Sampling& p) {
+  SamplingParams s;
+  s.temperature = p.temperature();
+  s.top_k = p.top_k();
+  s.top_p = p.top_p();
+  s.min_p = p.min_p();
+  s.repetition_penalty = p.repetition_penalty();
+  s.presence_penalty = p.presence_penalty();
+  s.frequency_penalty = p.frequency_penalty();
+  s.seed = p.seed();
+  return s;
+}
+
+control::v1::Sampling sampling_to_proto(const SamplingParams& s) {
+  control::v1::Sampling p;
+  p.set_temperature(s.temperature);
+  p.set_top_k(s.top_k);
+  p.set_top_p(s.top_p);
+  p.set_min_p(s.min_p);
+  p.set_repetition_penalty(s.repetition_penalty);
+  p.set_presence_penalty(s.presence_penalty);
+  p.set_frequency_penalty(s.frequency_penalty);
+  p.set_seed(s.seed);
+  return p;
+}
+
+StepInput step_from_proto(const control::v1::Step& step) {
+  StepInput in;
+  in.decode_steps = step.decode_steps();
+  for (const auto& s : step.sequences()) {
+    StepSequence q;
+    q.seq_id = s.seq_id();
+    q.tokens.assign(s.tokens().begin(), s.tokens().end());
+    q.start_pos = s.start_pos();
+    q.page_table.assign(s.page_table().begin(), s.page_table().end());
+    q.sample = s.sample();
+    q.sampling = sampling_from_proto(s.sampling());
+    q.prompt_len = s.prompt_len();
+    in.sequences.push_back(std::move(q));
+  }
+  return in;
+}
+
+}  // namespace exl3
