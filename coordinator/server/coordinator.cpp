@@ -249,6 +249,14 @@ absl::Status Coordinator::wait() {
   return failure_;
 }
 
+absl::Status Coordinator::failure() {
+  {
+    std::lock_guard lock(mu_);
+    if (!failure_.ok()) return failure_;
+  }
+  return group_ ? group_->failure() : absl::OkStatus();
+}
+
 void Coordinator::request_stop() {
   std::lock_guard lock(mu_);
   stop_requested_ = true;

@@ -59,6 +59,8 @@ class Coordinator {
   // Blocks until the worker group fails (returns its status) or request_stop() (returns OK).
   absl::Status wait();
   void request_stop();
+  // The worker group's failure, if any (non-blocking).
+  absl::Status failure();
   void shutdown(std::chrono::milliseconds drain_timeout);
 
  private:

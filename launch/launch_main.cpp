@@ -1,0 +1,98 @@
+// exl3-launch: serve an EXL3 (or HF) Llama-family model over one worker process per device.
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <filesystem>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "launch/launcher.h"
+
+namespace {
+
+std::string self_dir() {
+  char buf[PATH_MAX] = {0};
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::filesystem::path(std::string(buf, n)).parent_path().string() : ".";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  exl3::LaunchOptions o;
+  exl3::CoordinatorOptions& c = o.coordinator;
+  std::string gpus, split, mode = "tp";
+  int cpu_workers = 0;
+  double ready_timeout_s = 120, step_timeout_s = 60;
+  CLI::App app{"exl3-launch: serve a Llama-family EXL3 or HF model over one worker per device, with a gRPC API"};
+  app.add_option("--model", c.model_dir, "Model directory (config.json, *.safetensors, tokenizer.json)")->required()
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--gpus", gpus, "GPU indices to use, e.g. 0,1 (one worker each)");
+  app.add_option("--cpu-workers", cpu_workers, "Run N workers on the CPU (reference kernels, Gloo collectives)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--split", split,
+                 "Per-worker memory caps in GiB, comma separated, e.g. 20,24 (hard caps; default: available RAM "
+                 "shared equally)");
+  app.add_option("--mode", mode, "Sharding: tp (tensor parallel: heads and MLP columns split, all-reduce) or layers "
+                                 "(contiguous layer ranges)")
+      ->check(CLI::IsMember({"tp", "layers"}))->capture_default_str();
+  app.add_option("--host", c.host, "Address of the public gRPC API")->capture_default_str();
+  app.add_option("--port", c.port, "Port of the public gRPC API (0 = any free port, printed at start)")
+      ->capture_default_str();
+  app.add_option("--control-port", c.control_port, "Port of the worker control plane (0 = any free port)")
+      ->capture_default_str();
+  app.add_option("--max-seq-len", c.max_seq_len, "Longest sequence served, prompt + output (default: the model's)");
+  app.add_option("--max-batch", c.max_batch, "Sequences running at once (continuous batching)")->capture_default_str();
+  app.add_option("--page-size", c.page_size, "KV cache page size in tokens")->capture_default_str();
+  app.add_option("--prefill-chunk", c.prefill_chunk, "Most prompt tokens of one sequence per step")
+      ->capture_default_str();
+  app.add_option("--decode-steps", c.decode_steps, "Decode iterations per worker command (fewer round trips)")
+      ->capture_default_str();
+  app.add_option("--ready-timeout", ready_timeout_s, "Seconds for all workers to connect")->capture_default_str();
+  app.add_option("--step-timeout", step_timeout_s, "Seconds one step (and each collective) may take")
+      ->capture_default_str();
+  app.add_flag("--restart", o.restart, "When a worker dies, restart the group and serve again (up to 3 times)");
+  app.add_flag("--plan-only", o.plan_only, "Print the shard plan (per-rank layers, heads, columns, bytes) and exit");
+  app.add_option("--worker-bin", o.worker_bin, "Path of exl3-worker (default: beside exl3-launch)");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!gpus.empty()) {
+    std::fprintf(stderr, "exl3-launch: --gpus: this build runs workers on the CPU only (the CUDA backend is not wired "
+                         "into the workers yet); use --cpu-workers N\n");
+    return 2;
+  }
+  if (cpu_workers == 0) {
+    std::fprintf(stderr, "exl3-launch: no GPU is usable by this build; pass --cpu-workers N to run on the CPU\n");
+    return 2;
+  }
+  c.world_size = cpu_workers;
+  c.mode = *exl3::parse_plan_mode(mode);
+  c.worker_timeout = std::chrono::milliseconds(static_cast<int64_t>(ready_timeout_s * 1000));
+  c.step_timeout = std::chrono::milliseconds(static_cast<int64_t>(step_timeout_s * 1000));
+  c.model_dir = std::filesystem::absolute(c.model_dir).string();
+  if (!split.empty()) {
+    for (const auto& part : absl::StrSplit(split, ',')) {
+      double gib = 0;
+      if (!absl::SimpleAtod(part, &gib) || gib < 0) {
+        std::fprintf(stderr, "exl3-launch: --split value \"%s\" is not a GiB amount\n", std::string(part).c_str());
+        return 2;
+      }
+      o.split_gib.push_back(gib);
+    }
+    if (static_cast<int>(o.split_gib.size()) != c.world_size) {
+      std::fprintf(stderr, "exl3-launch: --split has %zu values for %d workers\n", o.split_gib.size(), c.world_size);
+      return 2;
+    }
+  }
+  if (o.worker_bin.empty()) o.worker_bin = self_dir() + "/exl3-worker";
+  if (!o.plan_only && access(o.worker_bin.c_str(), X_OK) != 0) {
+    std::fprintf(stderr, "exl3-launch: worker binary %s is not executable (--worker-bin)\n", o.worker_bin.c_str());
+    return 2;
+  }
+  std::fprintf(stderr, "exl3-launch: model %s, %d CPU worker(s), mode %s, max-seq-len %lld, max-batch %lld\n",
+               c.model_dir.c_str(), c.world_size, mode.c_str(), static_cast<long long>(c.max_seq_len),
+               static_cast<long long>(c.max_batch));
+  return exl3::run_launcher(o);
+}

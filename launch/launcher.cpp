@@ -1,0 +1,149 @@
+// exl3-launch's supervision loop.
+#include "launch/launcher.h"
+
+#include <cstdio>
+#include <future>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "coordinator/planner/byte_units.h"
+#include "launch/process/process_group.h"
+#include "launch/process/signal_watcher.h"
+#include "worker/service/process_memory.h"
+
+namespace exl3 {
+namespace {
+
+enum class Outcome { kStopped, kFailed };
+
+std::vector<uint64_t> caps_for(const LaunchOptions& o) {
+  std::vector<uint64_t> caps;
+  if (!o.split_gib.empty()) {
+    for (double g : o.split_gib) caps.push_back(gib_to_bytes(g));
+  } else {
+    const uint64_t ram = static_cast<uint64_t>(available_ram_bytes());
+    for (int r = 0; r < o.coordinator.world_size; ++r) caps.push_back(ram / o.coordinator.world_size);
+  }
+  return caps;
+}
+
+// One serving run: coordinator + workers until a stop signal (kStopped) or a failure (kFailed).
+Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals) {
+  CoordinatorOptions copts = o.coordinator;
+  copts.caps = caps_for(o);
+  Coordinator coordinator(copts);
+  if (absl::Status s = coordinator.start_control(); !s.ok()) {
+    std::fprintf(stderr, "exl3-launch: %s\n", std::string(s.message()).c_str());
+    return Outcome::kFailed;
+  }
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = std::max(1u, cores / static_cast<unsigned>(copts.world_size));
+  std::vector<ProcessSpec> specs;
+  for (int r = 0; r < copts.world_size; ++r) {
+    ProcessSpec spec;
+    spec.argv = {o.worker_bin, "--coordinator", absl::StrCat(copts.control_host, ":", coordinator.control_port()),
+                 "--rank", std::to_string(r), "--world", std::to_string(copts.world_size), "--memory-gib",
+                 absl::StrCat(copts.caps[r] / 1073741824.0)};
+    // Workers share the cores: one BLAS thread pool each, sized so they do not oversubscribe.
+    spec.env = {{"OPENBLAS_NUM_THREADS", std::to_string(threads)}, {"OMP_NUM_THREADS", std::to_string(threads)}};
+    specs.push_back(std::move(spec));
+  }
+  auto group = ProcessGroup::spawn(std::move(specs));
+  if (!group.ok()) {
+    std::fprintf(stderr, "exl3-launch: %s\n", std::string(group.status().message()).c_str());
+    return Outcome::kFailed;
+  }
+  std::fprintf(stderr, "exl3-launch: started %d worker(s) (pids", copts.world_size);
+  for (pid_t p : (*group)->pids()) std::fprintf(stderr, " %d", p);
+  std::fprintf(stderr, ")\n");
+
+  std::future<absl::Status> startup = std::async(std::launch::async, [&] { return coordinator.start_serving(); });
+  bool serving = false;
+  Outcome outcome = Outcome::kFailed;
+  while (true) {
+    auto exited = (*group)->wait_any(ProcessClock::now() + std::chrono::milliseconds(100), signals.fd());
+    if (exited.ok() && exited->has_value()) {
+      std::fprintf(stderr, "exl3-launch: %s; stopping the group\n", (*exited)->describe().c_str());
+      break;
+    }
+    if (std::optional<int> sig = signals.take()) {
+      std::fprintf(stderr, "exl3-launch: signal %d: draining requests (a second signal stops at once)\n", *sig);
+      outcome = Outcome::kStopped;
+      auto drain = std::async(std::launch::async, [&] {
+        if (startup.valid()) startup.wait();
+        coordinator.shutdown(o.drain_timeout);
+      });
+      while (drain.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+        if (signals.take()) {
+          std::fprintf(stderr, "exl3-launch: second signal: stopping now\n");
+          break;
+        }
+      }
+      break;
+    }
+    if (!serving && startup.valid() && startup.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      const absl::Status s = startup.get();
+      if (!s.ok()) {
+        std::fprintf(stderr, "exl3-launch: %s\n", std::string(s.message()).c_str());
+        break;
+      }
+      serving = true;
+      std::printf("serving on %s:%d\n", copts.host.c_str(), coordinator.public_port());
+      std::fflush(stdout);
+    }
+    if (serving) {
+      const absl::Status f = coordinator.failure();
+      if (!f.ok()) {
+        std::fprintf(stderr, "exl3-launch: worker group failed: %s\n", std::string(f.message()).c_str());
+        break;
+      }
+    }
+  }
+  if (outcome == Outcome::kFailed) {
+    coordinator.request_stop();
+    auto stop = std::async(std::launch::async, [&] { coordinator.shutdown(std::chrono::milliseconds(0)); });
+    (void)(*group)->terminate_all(std::chrono::milliseconds(2000));
+    if (startup.valid()) startup.wait();
+    stop.wait();
+  } else {
+    (void)(*group)->terminate_all(std::chrono::milliseconds(5000));
+  }
+  return outcome;
+}
+
+}  // namespace
+
+int run_launcher(const LaunchOptions& o) {
+  if (o.plan_only) {
+    Coordinator coordinator(o.coordinator);
+    absl::Status s = coordinator.start_control();
+    if (!s.ok()) {
+      std::fprintf(stderr, "exl3-launch: %s\n", std::string(s.message()).c_str());
+      return 1;
+    }
+    absl::StatusOr<std::string> table = coordinator.plan_table(caps_for(o));
+    coordinator.shutdown(std::chrono::milliseconds(0));
+    if (!table.ok()) {
+      std::fprintf(stderr, "exl3-launch: the model does not fit: %s\n", std::string(table.status().message()).c_str());
+      return 1;
+    }
+    std::printf("%s", table->c_str());
+    return 0;
+  }
+  auto signals = SignalWatcher::create();
+  if (!signals.ok()) {
+    std::fprintf(stderr, "exl3-launch: %s\n", std::string(signals.status().message()).c_str());
+    return 1;
+  }
+  for (int attempt = 0;; ++attempt) {
+    const Outcome outcome = serve_once(o, **signals);
+    if (outcome == Outcome::kStopped) {
+      std::fprintf(stderr, "exl3-launch: stopped\n");
+      return 0;
+    }
+    if (!o.restart || attempt >= o.max_restarts) return 1;
+    std::fprintf(stderr, "exl3-launch: restarting the group (%d of %d)\n", attempt + 1, o.max_restarts);
+  }
+}
+
+}  // namespace exl3
