@@ -60,7 +60,7 @@ Tensor Tensor::zeros(DType dtype, Shape shape) {
   Tensor t;
   t.dtype_ = dtype;
   t.shape_ = std::move(shape);
-  const size_t bytes = std::max<size_t>(t.nbytes(), 1);
+  const size_t bytes = std::max<size_t>(static_cast<size_t>(t.numel()) * dtype_size(dtype), 1);
   std::shared_ptr<uint8_t[]> buf(new uint8_t[bytes]());
   t.data_ = buf.get();
   t.owner_ = std::shared_ptr<const void>(buf, buf.get());

@@ -53,7 +53,7 @@ class Tensor {
     return shape_[i];
   }
   int64_t numel() const { return shape_numel(shape_); }
-  size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype_); }
+  size_t nbytes() const { return defined() ? static_cast<size_t>(numel()) * dtype_size(dtype_) : 0; }
 
   const void* raw() const { return data_; }
   void* mutable_raw() {

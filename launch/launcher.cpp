@@ -62,7 +62,11 @@ Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals) {
   Outcome outcome = Outcome::kFailed;
   while (true) {
     auto exited = (*group)->wait_any(ProcessClock::now() + std::chrono::milliseconds(100), signals.fd());
-    if (exited.ok() && exited->has_value()) {
+    if (!exited.ok()) {
+      std::fprintf(stderr, "exl3-launch: waiting for workers failed: %s\n", std::string(exited.status().message()).c_str());
+      break;
+    }
+    if (exited->has_value()) {
       std::fprintf(stderr, "exl3-launch: %s; stopping the group\n", (*exited)->describe().c_str());
       break;
     }
@@ -99,14 +103,23 @@ Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals) {
       }
     }
   }
+  auto report = [](const absl::StatusOr<std::vector<ChildExit>>& exits) {
+    if (!exits.ok()) {
+      std::fprintf(stderr, "exl3-launch: stopping workers: %s\n", std::string(exits.status().message()).c_str());
+      return;
+    }
+    for (const ChildExit& e : *exits) {
+      if (!e.success()) std::fprintf(stderr, "exl3-launch: %s\n", e.describe().c_str());
+    }
+  };
   if (outcome == Outcome::kFailed) {
     coordinator.request_stop();
     auto stop = std::async(std::launch::async, [&] { coordinator.shutdown(std::chrono::milliseconds(0)); });
-    (void)(*group)->terminate_all(std::chrono::milliseconds(2000));
+    report((*group)->terminate_all(std::chrono::milliseconds(2000)));
     if (startup.valid()) startup.wait();
     stop.wait();
   } else {
-    (void)(*group)->terminate_all(std::chrono::milliseconds(5000));
+    report((*group)->terminate_all(std::chrono::milliseconds(5000)));
   }
   return outcome;
 }

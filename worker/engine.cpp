@@ -72,13 +72,36 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
     h.tokens.resize(s.start_pos);  // a recomputed sequence restarts from start_pos
     h.tokens.insert(h.tokens.end(), s.tokens.begin(), s.tokens.end());
     if (s.prompt_len > 0) h.prompt_len = s.prompt_len;
-    batch.push_back(BatchEntry{s.tokens, s.start_pos, s.page_table, s.sample ? LogitsMode::kLast : LogitsMode::kNone});
+    const LogitsMode mode = s.return_logits ? LogitsMode::kAll : s.sample ? LogitsMode::kLast : LogitsMode::kNone;
+    batch.push_back(BatchEntry{s.tokens, s.start_pos, s.page_table, mode});
     if (s.sample) samplers.push_back(&s);
   }
   StepOutput out;
   for (const StepSequence* s : samplers) out.tokens.push_back({s->seq_id, {}});
 
   EXL3_ASSIGN_OR_RETURN(Tensor logits, model_->forward_batch(batch, cache_, comm_));
+  if (logits.dim(0) > 0) {
+    // Split off requested full logits; keep one row per sampling sequence for the sampler.
+    const int64_t vocab = logits.dim(1);
+    Tensor last_rows = Tensor::zeros(DType::kF32, {static_cast<int64_t>(samplers.size()), vocab});
+    int64_t row = 0, sampled = 0;
+    for (const StepSequence& s : input.sequences) {
+      const int64_t len = static_cast<int64_t>(s.tokens.size());
+      const int64_t rows = s.return_logits ? len : s.sample ? 1 : 0;
+      if (s.return_logits) {
+        Tensor full = Tensor::zeros(DType::kF32, {len, vocab});
+        std::copy_n(logits.data<float>() + row * vocab, len * vocab, full.mutable_data<float>());
+        out.logits.push_back({s.seq_id, std::move(full)});
+      }
+      if (s.sample) {
+        std::copy_n(logits.data<float>() + (row + rows - 1) * vocab, vocab,
+                    last_rows.mutable_data<float>() + sampled * vocab);
+        ++sampled;
+      }
+      row += rows;
+    }
+    logits = std::move(last_rows);
+  }
   for (int32_t iter = 0; iter < input.decode_steps && !samplers.empty(); ++iter) {
     EXL3_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, sample_rows(logits, samplers));
     std::vector<int32_t> next_tokens(samplers.size());

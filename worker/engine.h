@@ -24,6 +24,7 @@ struct StepSequence {
   bool sample = false;
   SamplingParams sampling;
   int32_t prompt_len = 0;           // prompt tokens of the sequence (for the penalties)
+  bool return_logits = false;       // report the logits of every token of this step
 };
 
 struct StepInput {
@@ -34,6 +35,8 @@ struct StepInput {
 struct StepOutput {
   // Sampled tokens of each sampling sequence, in input order.
   std::vector<std::pair<uint64_t, std::vector<int32_t>>> tokens;
+  // Logits F32 [tokens, vocab] of sequences with return_logits (head ranks only).
+  std::vector<std::pair<uint64_t, Tensor>> logits;
 };
 
 struct EngineOptions {

@@ -62,7 +62,7 @@ grpc::Status WorkerGroup::run_session(grpc::ServerContext* context,
   }
   {
     std::lock_guard lock(mu_);
-    if (!closed_ && failure_.ok()) {
+    if (!closed_ && !shutting_down_ && failure_.ok()) {
       failure_ = absl::UnavailableError(absl::StrCat("worker rank ", rank, " disconnected",
                                                      context->IsCancelled() ? " (session cancelled)" : ""));
       std::fprintf(stderr, "coordinator: %s\n", std::string(failure_.message()).c_str());
@@ -180,6 +180,10 @@ absl::Status WorkerGroup::failure() const {
 }
 
 void WorkerGroup::shutdown(const std::string& reason, std::chrono::milliseconds timeout) {
+  {
+    std::lock_guard lock(mu_);
+    shutting_down_ = true;
+  }
   {
     std::lock_guard write_lock(write_mu_);
     std::vector<grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>*> streams;

@@ -66,6 +66,7 @@ class WorkerGroup {
   std::mutex write_mu_;  // held while writing to session streams; a session ends only without it
   absl::Status failure_;
   bool closed_ = false;
+  bool shutting_down_ = false;  // sessions ending now are expected
   uint64_t next_command_id_ = 1;
   // The one call in flight: its command id and the results received so far.
   uint64_t pending_id_ = 0;

@@ -79,6 +79,7 @@ StepInput step_from_proto(const control::v1::Step& step) {
     q.sample = s.sample();
     q.sampling = sampling_from_proto(s.sampling());
     q.prompt_len = s.prompt_len();
+    q.return_logits = s.return_logits();
     in.sequences.push_back(std::move(q));
   }
   return in;

@@ -81,7 +81,7 @@ class WorkerSession {
         return absl::OkStatus();
       }
       case pb::Command::kShutdown:
-        std::fprintf(stderr, "[worker %d] shutting down: %s\n", options_.rank, cmd.shutdown().reason().c_str());
+        std::fprintf(stderr, "exl3-worker rank %d: shutting down: %s\n", options_.rank, cmd.shutdown().reason().c_str());
         return absl::OkStatus();
       case pb::Command::KIND_NOT_SET: break;
     }
@@ -110,14 +110,14 @@ class WorkerSession {
       go.timeout = std::chrono::milliseconds(load.collective_timeout_ms() > 0 ? load.collective_timeout_ms() : 30000);
       EXL3_ASSIGN_OR_RETURN(comm_, make_gloo_communicator(go, *store_));
     }
-    std::fprintf(stderr, "[worker %d] loading %s (layers %lld-%lld)\n", options_.rank, load.model_dir().c_str(),
+    std::fprintf(stderr, "exl3-worker rank %d: loading %s (layers %lld-%lld)\n", options_.rank, load.model_dir().c_str(),
                  static_cast<long long>(shard.first_layer), static_cast<long long>(shard.end_layer) - 1);
     EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load_shard(load.model_dir(), shard));
     engine_ = std::make_unique<Engine>(std::move(model), EngineOptions{load.num_pages(), load.page_size()}, comm_.get());
     out->set_weight_bytes(static_cast<int64_t>(engine_->model().allocated_bytes()));
     out->set_cache_bytes(static_cast<int64_t>(engine_->cache_bytes()));
     out->set_load_seconds(std::chrono::duration<double>(Clock::now() - t0).count());
-    std::fprintf(stderr, "[worker %d] loaded: %.1f MiB weights, %.1f MiB cache in %.2f s\n", options_.rank,
+    std::fprintf(stderr, "exl3-worker rank %d: loaded: %.1f MiB weights, %.1f MiB cache in %.2f s\n", options_.rank,
                  out->weight_bytes() / 1048576.0, out->cache_bytes() / 1048576.0, out->load_seconds());
     return absl::OkStatus();
   }
@@ -131,6 +131,12 @@ class WorkerSession {
       pb::SequenceTokens* st = out->add_sequences();
       st->set_seq_id(seq_id);
       st->mutable_token_ids()->Add(tokens.begin(), tokens.end());
+    }
+    for (const auto& [seq_id, logits] : result.logits) {
+      pb::SequenceLogits* sl = out->add_logits();
+      sl->set_seq_id(seq_id);
+      sl->set_vocab(static_cast<int32_t>(logits.dim(1)));
+      sl->mutable_values()->Add(logits.data<float>(), logits.data<float>() + logits.numel());
     }
     out->set_compute_seconds(std::chrono::duration<double>(Clock::now() - t0).count());
     return absl::OkStatus();
@@ -177,7 +183,7 @@ absl::Status run_worker(const WorkerOptions& options) {
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   const grpc::Status s = stub->Register(&ctx, req, &resp);
   if (!s.ok()) return from_grpc(s, absl::StrCat("rank ", options.rank, ": registration refused"));
-  std::fprintf(stderr, "[worker %d] registered with %s (run %s)\n", options.rank, options.coordinator.c_str(),
+  std::fprintf(stderr, "exl3-worker rank %d: registered with %s (run %s)\n", options.rank, options.coordinator.c_str(),
                resp.run_id().c_str());
   WorkerSession session(options, channel);
   return session.run(resp.run_id());

@@ -1,0 +1,28 @@
+// What every exl3-client command does around its RPC: the channel, the per-call deadline, JSON
+// printing of responses, and the error line "error: <what>: <CODE>: <message>".
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "client/commands.h"
+#include "google/protobuf/message.h"
+#include "grpcpp/channel.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/support/status.h"
+
+namespace exl3::client {
+
+// An insecure channel to config.server (the API serves plain TCP, normally on localhost).
+std::shared_ptr<grpc::Channel> make_channel(const ClientConfig& config);
+
+// Sets the context's deadline to now + config.timeout_s.
+void set_deadline(grpc::ClientContext& context, const ClientConfig& config);
+
+// The message as one line of JSON with the .proto field names.
+std::string to_json(const google::protobuf::Message& message);
+
+// Prints the error line to stderr and returns kExitRpcError.
+int report_rpc_error(const std::string& what, const grpc::Status& status);
+
+}  // namespace exl3::client

@@ -1,0 +1,103 @@
+// The shard planner: given a ModelFootprint and a hard memory cap per rank, decides which rank
+// holds which part of the model, before anything loads (architecture.md, "Sharding").
+//
+// Tensor parallel (PlanMode::kTensorParallel). Every rank runs every layer and holds the
+// replicated parts (embedding, all norms) plus the workspace. What each cap leaves after those is
+// the rank's "room"; the units of each component type (attention: KV-head groups, MLP: 128
+// columns, lm_head: 128 vocab rows) are split in proportion to the rooms, once per type, rounded
+// with largest remainder (ties to the lower rank), and laid out as contiguous ranges in rank order,
+// the same in every layer. A rank may get zero units. If a rank's total still exceeds its cap
+// (rounding, partial units, KV cache), units move one at a time from it to the rank with the most
+// room that can take them: the smallest unit type that clears the overflow (else the largest),
+// taken from the highest layer first, so per-layer ranges may then differ towards the last layers.
+//
+// Layer split (PlanMode::kLayers). Ranks hold contiguous layer ranges in rank order, whole layers
+// with the KV cache of their own layers. The embedding travels with layer 0 and the lm_head (with
+// the final norm) with the last layer, so the first rank that holds layers embeds (rank 0 unless
+// its cap is too small for anything) and the last rank that holds layers computes the logits.
+// Boundaries follow the caps' rooms (cap minus workspace) in proportion, then are clamped to what
+// fits: a rank never exceeds its cap, and every boundary leaves the later ranks enough room for the
+// rest. A rank may hold no layers (its cap is 0 or too small); it then holds nothing at all.
+//
+// Caps are hard. When the model plus cache cannot fit, plan_shards returns RESOURCE_EXHAUSTED saying
+// by how much and where: "rank 1 needs 3.20 GiB more than its 2.00 GiB cap ...", or "the model
+// needs at least 41.30 GiB ..., the caps total 36.00 GiB".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "coordinator/planner/model_footprint.h"
+
+namespace exl3 {
+
+enum class PlanMode { kTensorParallel, kLayers };
+
+// "tp" / "layers": the spelling of --mode and of ShardPlan.mode in proto/worker.proto.
+std::string plan_mode_name(PlanMode mode);
+absl::StatusOr<PlanMode> parse_plan_mode(const std::string& name);
+
+struct PlannerOptions {
+  PlanMode mode = PlanMode::kTensorParallel;
+  // One hard cap per rank, in bytes (--split GiB, see gib_to_bytes; RAM for CPU workers). The
+  // number of caps is the world size.
+  std::vector<uint64_t> caps;
+  // KV cache: every rank caches max_batch sequences of up to max_seq_len tokens, each sequence in
+  // whole pages: num_pages = max_batch * ceil(max_seq_len / page_size).
+  int64_t max_seq_len = 2048;
+  int64_t max_batch = 1;
+  int64_t page_size = 256;
+  // Most tokens in one forward step (prefill chunk over the batch), for the workspace estimate; the
+  // attention scratch assumes contexts up to max_seq_len.
+  int64_t step_tokens = 256;
+
+  int64_t num_pages() const;
+  int64_t cache_tokens() const { return num_pages() * page_size; }
+};
+
+// One layer of one rank (mirrors proto LayerShard): KV heads [kv_head_begin, kv_head_end) (query
+// heads follow, times heads per KV head) and intermediate columns [mlp_begin, mlp_end). Empty
+// ranges are begin == end at the position where this rank's range would start.
+struct LayerPlan {
+  int64_t layer = 0;
+  int64_t kv_head_begin = 0, kv_head_end = 0;
+  int64_t mlp_begin = 0, mlp_end = 0;
+};
+
+// What one rank holds (mirrors proto ShardPlan; mode is plan_mode_name(mode) there).
+struct RankPlan {
+  PlanMode mode = PlanMode::kTensorParallel;
+  int rank = 0;
+  int world_size = 1;
+  int64_t first_layer = 0, end_layer = 0;  // layers run, [first, end); tp: every layer
+  std::vector<LayerPlan> layers;           // one per layer in [first_layer, end_layer)
+  int64_t vocab_begin = 0, vocab_end = 0;  // lm_head rows held
+  bool has_embedding = false;              // tp: always true (the embedding is replicated)
+  bool has_head = false;                   // tp: always true (logits are all-gathered)
+  // Bytes this rank is expected to allocate: weights (its slices plus replicated parts), KV cache,
+  // workspace. The worker's cache is num_pages pages of page_size tokens for its own KV heads.
+  uint64_t weight_bytes = 0;
+  uint64_t cache_bytes = 0;
+  uint64_t workspace_bytes = 0;
+  int64_t num_pages = 0;
+  int64_t page_size = 0;
+
+  uint64_t total_bytes() const { return weight_bytes + cache_bytes + workspace_bytes; }
+};
+
+// Plans one RankPlan per cap, in rank order. Errors: INVALID_ARGUMENT for bad options (no caps,
+// non-positive sizes), RESOURCE_EXHAUSTED when the caps cannot hold the model, cache and workspace.
+absl::StatusOr<std::vector<RankPlan>> plan_shards(const ModelFootprint& footprint, const PlannerOptions& options);
+
+// Recomputes a rank's bytes from its ranges (what plan_shards stores in the plan); exposed so
+// callers and tests can price a plan edited by hand.
+struct RankBytes {
+  uint64_t weights = 0;
+  uint64_t cache = 0;
+  uint64_t workspace = 0;
+};
+RankBytes price_rank(const ModelFootprint& footprint, const PlannerOptions& options, const RankPlan& plan);
+
+}  // namespace exl3

@@ -1,0 +1,406 @@
+// Scheduler (see scheduler.h for the API and the policies).
+//
+// Why these policies: recomputation instead of swapping keeps the coordinator free of any KV data
+// (it only ever moves token ids), and the counter-based RNG makes a recomputed sequence sample the
+// very tokens it would have sampled. Preempting the newest sequence keeps the oldest one always
+// progressing, so the system cannot livelock. Strict FIFO admission (no skipping a large head
+// request for smaller ones behind it) keeps latency predictable and starves no one; the cost is
+// some head-of-line blocking when the cache is nearly full.
+#include "coordinator/scheduler/scheduler.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+
+namespace exl3 {
+
+absl::Status validate_scheduler_config(const SchedulerConfig& c) {
+  const std::pair<const char*, int32_t> fields[] = {
+      {"num_pages", c.num_pages},         {"page_size", c.page_size},
+      {"max_batch", c.max_batch},         {"max_step_tokens", c.max_step_tokens},
+      {"prefill_chunk", c.prefill_chunk}, {"max_queue", c.max_queue},
+      {"decode_steps", c.decode_steps}};
+  for (const auto& [name, value] : fields) {
+    if (value < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("scheduler ", name, " must be >= 1, got ", value));
+    }
+  }
+  if (c.max_step_tokens < c.max_batch) {
+    return absl::InvalidArgumentError(absl::StrCat("scheduler max_step_tokens (", c.max_step_tokens,
+                                                   ") must be >= max_batch (", c.max_batch,
+                                                   ") so that every running sequence can decode in each step"));
+  }
+  return absl::OkStatus();
+}
+
+namespace {
+
+const SchedulerConfig& checked(const SchedulerConfig& config) {
+  EXL3_CHECK_OK(validate_scheduler_config(config));
+  return config;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(checked(config)), pages_(config_.num_pages), batch_size_counts_(config_.max_batch + 1) {}
+
+absl::StatusOr<SeqId> Scheduler::submit(ValidatedRequest request) {
+  const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
+  if (prompt_len == 0 || request.max_new_tokens < 1 || prompt_len + request.max_new_tokens > request.max_context) {
+    return absl::InvalidArgumentError(absl::StrCat("request not validated: prompt of ", prompt_len,
+                                                   " tokens, max_new_tokens ", request.max_new_tokens, ", max_context ",
+                                                   request.max_context));
+  }
+  // The most positions a sequence ever writes: its last token is sampled, never fed.
+  const int64_t max_positions = prompt_len + request.max_new_tokens - 1;
+  const int64_t capacity = static_cast<int64_t>(config_.num_pages) * config_.page_size;
+  if (max_positions > capacity) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "request needs up to ", max_positions, " KV positions (prompt ", prompt_len, " + max_new_tokens ",
+        request.max_new_tokens, " - 1) but the whole cache holds ", capacity, " (", config_.num_pages, " pages of ",
+        config_.page_size, "); it can never run: lower stopping.max_new_tokens or the prompt"));
+  }
+  if (static_cast<int64_t>(queue_.size()) >= config_.max_queue) {
+    return absl::ResourceExhaustedError(absl::StrCat("request queue is full (", queue_.size(), " waiting, max_queue ",
+                                                     config_.max_queue, "); retry later"));
+  }
+  const SeqId id = next_seq_id_++;
+  Sequence seq;
+  seq.prompt_len = static_cast<int32_t>(prompt_len);
+  seq.tokens = request.prompt_ids;
+  seq.request = std::move(request);
+  seqs_.emplace(id, std::move(seq));
+  queue_.insert(id);
+  ++submitted_;
+  prompt_tokens_ += prompt_len;
+  return id;
+}
+
+// Pages held from admission: every known token plus one step of decoding, capped at the last
+// position the sequence can ever write (token_limit - 1).
+int32_t Scheduler::reserve_pages(const Sequence& seq) const {
+  const int64_t positions =
+      std::min<int64_t>(static_cast<int64_t>(seq.num_known()) + config_.decode_steps, seq.token_limit() - 1);
+  return pages_for(positions, config_.page_size);
+}
+
+// Pages a sampling sequence needs for the next step: its pending tokens and up to decode_steps - 1
+// fed-back samples, capped the same way.
+int32_t Scheduler::step_pages(const Sequence& seq) const {
+  const int64_t positions =
+      std::min<int64_t>(static_cast<int64_t>(seq.num_known()) + config_.decode_steps - 1, seq.token_limit() - 1);
+  return pages_for(positions, config_.page_size);
+}
+
+void Scheduler::preempt(SeqId id) {
+  Sequence& seq = seqs_.at(id);
+  EXL3_CHECK(seq.running, "preempting sequence ", id, " that is not running");
+  pages_.release(seq.pages);
+  seq.num_computed = 0;
+  seq.running = false;
+  if (seq.sent) released_.push_back(id);
+  seq.sent = false;
+  running_.erase(id);
+  queue_.insert(id);
+  ++preemptions_;
+}
+
+// Oldest first, each decoding sequence gets the pages its next step needs; when the cache is out
+// of pages the newest running sequence is preempted (possibly the one asking, when it is newest).
+void Scheduler::grow_decodes() {
+  const std::vector<SeqId> ids(running_.begin(), running_.end());
+  for (const SeqId id : ids) {
+    if (running_.count(id) == 0) continue;  // preempted for an older sequence
+    Sequence& seq = seqs_.at(id);
+    if (seq.num_pending() != 1) continue;  // prefilling: its reserve covers the whole prefill
+    const int32_t need = step_pages(seq) - static_cast<int32_t>(seq.pages.size());
+    if (need <= 0) continue;
+    while (need > pages_.free_pages()) {
+      const SeqId victim = *running_.rbegin();
+      preempt(victim);
+      if (victim == id) break;
+    }
+    if (seq.running) EXL3_CHECK(pages_.allocate(need, seq.pages), "allocation after preemption");
+  }
+}
+
+void Scheduler::admit() {
+  while (!queue_.empty() && static_cast<int32_t>(running_.size()) < config_.max_batch) {
+    const SeqId id = *queue_.begin();
+    Sequence& seq = seqs_.at(id);
+    if (!pages_.allocate(reserve_pages(seq), seq.pages)) break;  // strict FIFO: the head waits
+    seq.running = true;
+    queue_.erase(queue_.begin());
+    running_.insert(id);
+  }
+}
+
+std::optional<StepPlan> Scheduler::next_step() {
+  EXL3_CHECK(!in_flight_.has_value(), "next_step() while step ", in_flight_->step_id, " is in flight");
+  grow_decodes();
+  admit();
+
+  StepPlan plan;
+  InFlightStep record;
+  int32_t budget = config_.max_step_tokens;
+  auto add = [&](SeqId id, Sequence& seq, int32_t count) {
+    SequencePlan entry;
+    entry.seq_id = id;
+    entry.tokens.assign(seq.tokens.begin() + seq.num_computed, seq.tokens.begin() + seq.num_computed + count);
+    entry.start_pos = seq.num_computed;
+    entry.page_table = seq.pages;
+    entry.sample = seq.num_computed + count == seq.num_known();
+    entry.sampling = seq.request.sampling;
+    entry.prompt_len = seq.prompt_len;
+    record.entries.push_back({id, count, entry.sample});
+    plan.sequences.push_back(std::move(entry));
+    budget -= count;
+  };
+  // Decodes first (one token each; max_step_tokens >= max_batch >= running, so all fit), then
+  // prefill chunks oldest first while the token budget lasts.
+  for (const SeqId id : running_) {
+    Sequence& seq = seqs_.at(id);
+    if (seq.num_pending() == 1) add(id, seq, 1);
+  }
+  for (const SeqId id : running_) {
+    Sequence& seq = seqs_.at(id);
+    if (seq.num_pending() <= 1) continue;
+    const int32_t chunk = std::min({seq.num_pending(), config_.prefill_chunk, budget});
+    if (chunk <= 0) break;
+    add(id, seq, chunk);
+  }
+  if (plan.sequences.empty()) return std::nullopt;
+
+  int32_t decode_steps = config_.decode_steps;
+  for (const SequencePlan& entry : plan.sequences) {
+    if (!entry.sample) continue;
+    const Sequence& seq = seqs_.at(entry.seq_id);
+    decode_steps = std::min(decode_steps, seq.token_limit() - seq.num_known());
+  }
+  EXL3_CHECK(decode_steps >= 1, "decode_steps ", decode_steps);
+  for (const SequencePlan& entry : plan.sequences) seqs_.at(entry.seq_id).sent = true;
+
+  plan.step_id = next_step_id_++;
+  plan.decode_steps = decode_steps;
+  plan.released = std::move(released_);
+  released_.clear();
+  record.step_id = plan.step_id;
+  record.decode_steps = decode_steps;
+  in_flight_ = std::move(record);
+  return plan;
+}
+
+std::optional<FinishReason> Scheduler::stop_reason(const Sequence& seq, int32_t token) const {
+  const ValidatedRequest& r = seq.request;
+  if (std::find(r.eos_token_ids.begin(), r.eos_token_ids.end(), token) != r.eos_token_ids.end()) {
+    return FinishReason::kEos;
+  }
+  if (std::binary_search(r.stop_token_ids.begin(), r.stop_token_ids.end(), token)) return FinishReason::kStopToken;
+  const int32_t generated = seq.num_known() - seq.prompt_len;
+  if (generated >= r.max_new_tokens) return r.max_new_tokens_set ? FinishReason::kLength : FinishReason::kContext;
+  if (seq.num_known() >= r.max_context) return FinishReason::kContext;
+  return std::nullopt;
+}
+
+absl::StatusOr<std::vector<SequenceUpdate>> Scheduler::complete_step(const StepOutcome& outcome) {
+  if (!in_flight_.has_value()) {
+    return absl::FailedPreconditionError(absl::StrCat("step ", outcome.step_id, " completed but no step is in flight"));
+  }
+  const InFlightStep& step = *in_flight_;
+  if (outcome.step_id != step.step_id) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("completed step ", outcome.step_id, " but step ", step.step_id, " is in flight"));
+  }
+  // Validate everything before changing anything. results[i] belongs to step.entries[i].
+  std::vector<const SequenceResult*> results(step.entries.size(), nullptr);
+  for (const SequenceResult& result : outcome.sequences) {
+    size_t i = 0;
+    while (i < step.entries.size() && step.entries[i].seq_id != result.seq_id) ++i;
+    if (i == step.entries.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", step.step_id, ": result for sequence ", result.seq_id, " that is not in the step"));
+    }
+    if (results[i] != nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("step ", step.step_id, ": two results for sequence ", result.seq_id));
+    }
+    results[i] = &result;
+  }
+  for (size_t i = 0; i < step.entries.size(); ++i) {
+    const InFlightEntry& entry = step.entries[i];
+    if (seqs_.count(entry.seq_id) == 0) continue;  // ended while the step ran
+    const size_t count = results[i] == nullptr ? 0 : results[i]->token_ids.size();
+    if (!entry.sample && count != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", entry.seq_id, " reported ",
+                                                     count, " tokens but did not sample"));
+    }
+    if (entry.sample && (count < 1 || count > static_cast<size_t>(step.decode_steps))) {
+      return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", entry.seq_id, " reported ",
+                                                     count, " tokens, expected 1..", step.decode_steps));
+    }
+  }
+
+  std::vector<SequenceUpdate> updates;
+  for (size_t i = 0; i < step.entries.size(); ++i) {
+    const InFlightEntry& entry = step.entries[i];
+    auto it = seqs_.find(entry.seq_id);
+    if (it == seqs_.end()) continue;
+    Sequence& seq = it->second;
+    seq.num_computed += entry.num_tokens;
+    if (!entry.sample) continue;
+    SequenceUpdate update;
+    update.seq_id = entry.seq_id;
+    for (const int32_t token : results[i]->token_ids) {
+      seq.tokens.push_back(token);
+      update.new_tokens.push_back(token);
+      ++generated_tokens_;
+      update.finish_reason = stop_reason(seq, token);
+      if (update.finish_reason.has_value()) break;
+    }
+    // Every sampled token but the last was fed back in a later iteration of the step.
+    seq.num_computed = seq.num_known() - 1;
+    if (update.finish_reason.has_value()) {
+      end_sequence(entry.seq_id);
+      ++completed_;
+    }
+    updates.push_back(std::move(update));
+  }
+  const int32_t batch = static_cast<int32_t>(step.entries.size());
+  ++steps_;
+  ++batch_size_counts_[batch];
+  largest_batch_ = std::max(largest_batch_, batch);
+  in_flight_.reset();
+  return updates;
+}
+
+void Scheduler::abandon_step() { in_flight_.reset(); }
+
+void Scheduler::end_sequence(SeqId id) {
+  Sequence& seq = seqs_.at(id);
+  if (seq.running) {
+    pages_.release(seq.pages);
+    running_.erase(id);
+  } else {
+    queue_.erase(id);
+  }
+  if (seq.sent) released_.push_back(id);
+  seqs_.erase(id);
+}
+
+absl::Status Scheduler::finish(SeqId id, FinishReason reason) {
+  if (seqs_.count(id) == 0) {
+    return absl::NotFoundError(absl::StrCat("finish(", finish_reason_name(reason), "): no live sequence ", id));
+  }
+  end_sequence(id);
+  ++completed_;
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::cancel(SeqId id) {
+  if (seqs_.count(id) == 0) return absl::NotFoundError(absl::StrCat("cancel: no live sequence ", id));
+  end_sequence(id);
+  ++cancelled_;
+  return absl::OkStatus();
+}
+
+std::vector<SeqId> Scheduler::cancel_all() {
+  std::vector<SeqId> ids;
+  for (const auto& [id, seq] : seqs_) ids.push_back(id);
+  for (const SeqId id : ids) EXL3_CHECK_OK(cancel(id));
+  return ids;
+}
+
+std::vector<SeqId> Scheduler::take_released() {
+  std::vector<SeqId> out = std::move(released_);
+  released_.clear();
+  return out;
+}
+
+std::optional<SequenceInfo> Scheduler::sequence_info(SeqId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return std::nullopt;
+  const Sequence& seq = it->second;
+  SequenceInfo info;
+  info.state = seq.running ? SequenceState::kRunning : SequenceState::kQueued;
+  info.prompt_len = seq.prompt_len;
+  info.num_generated = seq.num_known() - seq.prompt_len;
+  info.num_computed = seq.num_computed;
+  info.num_pages = static_cast<int32_t>(seq.pages.size());
+  return info;
+}
+
+std::vector<int32_t> Scheduler::output_tokens(SeqId id) const {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return {};
+  return std::vector<int32_t>(it->second.tokens.begin() + it->second.prompt_len, it->second.tokens.end());
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  s.queued = static_cast<int32_t>(queue_.size());
+  s.running = static_cast<int32_t>(running_.size());
+  s.free_pages = pages_.free_pages();
+  s.total_pages = pages_.num_pages();
+  s.steps = steps_;
+  s.batch_size_counts = batch_size_counts_;
+  s.largest_batch = largest_batch_;
+  s.submitted = submitted_;
+  s.completed = completed_;
+  s.cancelled = cancelled_;
+  s.preemptions = preemptions_;
+  s.prompt_tokens = prompt_tokens_;
+  s.generated_tokens = generated_tokens_;
+  return s;
+}
+
+absl::Status Scheduler::check_invariants() const {
+  auto broken = [](auto&&... parts) { return absl::InternalError(absl::StrCat("scheduler invariant: ", parts...)); };
+  std::vector<SeqId> owner(config_.num_pages, 0);
+  int64_t held = 0;
+  if (queue_.size() + running_.size() != seqs_.size()) {
+    return broken(queue_.size(), " queued + ", running_.size(), " running != ", seqs_.size(), " live");
+  }
+  if (static_cast<int32_t>(running_.size()) > config_.max_batch) {
+    return broken(running_.size(), " running > max_batch ", config_.max_batch);
+  }
+  for (const auto& [id, seq] : seqs_) {
+    if (seq.running != (running_.count(id) != 0) || seq.running == (queue_.count(id) != 0)) {
+      return broken("sequence ", id, " is not in exactly one of queue and running set");
+    }
+    if (seq.num_known() >= seq.token_limit() || seq.num_computed >= seq.num_known() || seq.num_computed < 0) {
+      return broken("sequence ", id, ": ", seq.num_known(), " tokens, ", seq.num_computed, " computed, limit ",
+                    seq.token_limit());
+    }
+    if (!seq.running) {
+      if (!seq.pages.empty() || seq.num_computed != 0) {
+        return broken("queued sequence ", id, " holds ", seq.pages.size(), " pages, ", seq.num_computed,
+                      " computed positions");
+      }
+      continue;
+    }
+    const int64_t capacity = static_cast<int64_t>(seq.pages.size()) * config_.page_size;
+    if (capacity < seq.num_computed) {
+      return broken("sequence ", id, ": ", seq.num_computed, " computed positions over ", seq.pages.size(), " pages");
+    }
+    if (static_cast<int32_t>(seq.pages.size()) > pages_for(seq.token_limit() - 1, config_.page_size)) {
+      return broken("sequence ", id, " holds ", seq.pages.size(), " pages, more than its last position needs");
+    }
+    for (const int32_t page : seq.pages) {
+      if (page < 0 || page >= config_.num_pages) return broken("sequence ", id, " holds page ", page);
+      if (owner[page] != 0) return broken("page ", page, " held by sequences ", owner[page], " and ", id);
+      if (pages_.is_free(page)) return broken("page ", page, " held by sequence ", id, " is also free");
+      owner[page] = id;
+      ++held;
+    }
+  }
+  if (held + pages_.free_pages() != config_.num_pages) {
+    return broken(held, " held + ", pages_.free_pages(), " free != ", config_.num_pages, " pages");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace exl3

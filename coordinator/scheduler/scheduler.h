@@ -1,0 +1,255 @@
+// Scheduler: continuous batching with chunked prefill over a paged KV cache. Pure logic: single
+// threaded (the caller holds its lock), deterministic, no clocks, no I/O, no protobuf. The gRPC
+// layer converts a StepPlan into a control-plane Step (worker.proto) and a StepResult back into a
+// StepOutcome.
+//
+// Driving it (one step in flight at a time):
+//   submit(validated request)            -> SeqId, or RESOURCE_EXHAUSTED (queue full / never fits)
+//   loop:
+//     plan = next_step()                 -> nullopt when there is nothing to run
+//     send ReleaseSequences(plan.released), then Step(plan) to every rank
+//     updates = complete_step(outcome)   -> new tokens per sequence, finish reasons
+//     (stream text; on a stop string call finish(id, kStopString))
+//   cancel(id) / finish(id, reason) at any time, also while a step is in flight.
+//
+// Policies (why in scheduler.cpp):
+//  - Admission is strict FIFO by arrival: the oldest queued request is admitted when fewer than
+//    max_batch sequences run and the free pages cover its reserve: all its known tokens (the prompt)
+//    plus one step of decoding, capped at the most positions it can ever write. Those pages are
+//    allocated at admission, so a prefill never needs more pages.
+//  - Pages for generation grow per step: before each step every decoding sequence gets the pages
+//    its next decode_steps positions need. When the cache runs out, the newest running sequence is
+//    preempted by recomputation: its pages are freed at once, it returns to the queue in arrival
+//    order and, when admitted again, prefills its prompt and the tokens generated so far (with the
+//    same seed and positions it samples the same tokens). The oldest sequence is never preempted for
+//    a newer one, and a request that can never fit the whole cache is refused at submit, so the
+//    oldest sequence always makes progress.
+//  - A step runs every decoding sequence (one token each, oldest first), then fills the remaining
+//    token budget (max_step_tokens) with prefill chunks of at most prefill_chunk tokens, oldest
+//    sequence first; several prefills may share a step.
+//  - A step's decode_steps is the configured value, lowered so that no sampling sequence can go past
+//    its max_new_tokens (so no page is needed beyond a sequence's last position).
+//  - Stop conditions on token ids are checked here, per sampled token in order: the model's EOS ids
+//    (unless ignore_eos), stop_token_ids, max_new_tokens, the context limit. The stopping token is
+//    returned. Stop strings are matched by the caller on the detokenized text, which then calls
+//    finish(id, FinishReason::kStopString).
+//  - No clocks: the caller timestamps submissions and updates for usage and rates.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "coordinator/scheduler/page_allocator.h"
+#include "coordinator/scheduler/request.h"
+#include "kernels/sampling.h"
+
+namespace exl3 {
+
+using SeqId = uint64_t;
+
+struct SchedulerConfig {
+  int32_t num_pages = 0;           // KV pages per rank (LoadShard.num_pages)
+  int32_t page_size = 256;         // tokens per page (LoadShard.page_size)
+  int32_t max_batch = 64;          // most sequences running (admitted) at once, hence per step
+  int32_t max_step_tokens = 2048;  // most tokens fed in a step's first iteration; >= max_batch
+  int32_t prefill_chunk = 512;     // most prompt tokens of one sequence per step
+  int32_t max_queue = 1024;        // submit refuses while this many wait (preempted ones included)
+  int32_t decode_steps = 1;        // decode iterations per step (Step.decode_steps), before capping
+};
+
+// INVALID_ARGUMENT naming the field unless every field is >= 1 and max_step_tokens >= max_batch
+// (every running sequence's decode token always fits a step).
+absl::Status validate_scheduler_config(const SchedulerConfig& config);
+
+// One sequence of a step (worker.proto SequenceStep).
+struct SequencePlan {
+  SeqId seq_id = 0;
+  // Tokens to run at positions start_pos, start_pos + 1, ...: a prefill chunk (of the prompt, or of
+  // prompt + generated tokens when recomputing after preemption), or the last sampled token.
+  std::vector<int32_t> tokens;
+  int32_t start_pos = 0;
+  // Every physical page the sequence holds, in logical order. Covers start_pos + tokens.size()
+  // positions, plus decode_steps - 1 when sample is true (sequences with sample = false run only
+  // the first iteration).
+  std::vector<int32_t> page_table;
+  // Sample after the last token (true for decodes and for the last prefill chunk).
+  bool sample = false;
+  SamplingParams sampling;
+  // Prompt length of the request: positions [0, prompt_len) are prompt, later ones output (for the
+  // repetition and presence/frequency penalties). Set on every chunk.
+  int32_t prompt_len = 0;
+};
+
+struct StepPlan {
+  uint64_t step_id = 0;
+  std::vector<SequencePlan> sequences;  // 1..max_batch, distinct seq ids
+  int32_t decode_steps = 1;             // 1..config.decode_steps
+  // Sequences whose worker-side state (token history) must be dropped before this step runs:
+  // finished, cancelled or preempted since the previous plan. Send these first.
+  std::vector<SeqId> released;
+};
+
+// Sampled ids of one sequence, as reported by the workers (worker.proto SequenceTokens).
+struct SequenceResult {
+  SeqId seq_id = 0;
+  std::vector<int32_t> token_ids;
+};
+
+struct StepOutcome {
+  uint64_t step_id = 0;
+  std::vector<SequenceResult> sequences;
+};
+
+// What a completed step produced for one sequence.
+struct SequenceUpdate {
+  SeqId seq_id = 0;
+  // Tokens appended to the output, ending at the stopping token when the sequence finished (tokens
+  // sampled after a stop in a multi-step decode are dropped).
+  std::vector<int32_t> new_tokens;
+  // Set when the sequence finished in this step; its pages are already free and it is gone.
+  std::optional<FinishReason> finish_reason;
+};
+
+enum class SequenceState { kQueued, kRunning };
+
+struct SequenceInfo {
+  SequenceState state = SequenceState::kQueued;
+  int32_t prompt_len = 0;
+  int32_t num_generated = 0;
+  int32_t num_computed = 0;  // positions whose KV is written
+  int32_t num_pages = 0;
+};
+
+struct SchedulerStats {
+  int32_t queued = 0;
+  int32_t running = 0;
+  int32_t free_pages = 0;
+  int32_t total_pages = 0;
+  int64_t steps = 0;                       // completed steps
+  std::vector<int64_t> batch_size_counts;  // [b] = completed steps with b sequences; size max_batch + 1
+  int32_t largest_batch = 0;
+  int64_t submitted = 0;
+  int64_t completed = 0;  // finished with a FinishReason
+  int64_t cancelled = 0;
+  int64_t preemptions = 0;
+  int64_t prompt_tokens = 0;     // prompt tokens of submitted requests
+  int64_t generated_tokens = 0;  // tokens appended to outputs
+};
+
+class Scheduler {
+ public:
+  // `config` must pass validate_scheduler_config (checked).
+  explicit Scheduler(SchedulerConfig config);
+
+  const SchedulerConfig& config() const { return config_; }
+
+  // Queues a request. RESOURCE_EXHAUSTED when max_queue requests already wait, or when the
+  // request could never fit the whole cache (prompt + max_new_tokens - 1 positions over
+  // num_pages * page_size); INVALID_ARGUMENT when `request` breaks ValidatedRequest's invariants.
+  absl::StatusOr<SeqId> submit(ValidatedRequest request);
+
+  // Admits, grows or preempts as described above and plans the next step, or returns nullopt when
+  // no sequence can run. Must not be called while a step is in flight (checked).
+  std::optional<StepPlan> next_step();
+
+  bool step_in_flight() const { return in_flight_.has_value(); }
+
+  // Feeds back the tokens sampled by the in-flight step. Every sampling sequence of the plan that
+  // is still live must report 1..decode_steps tokens (the first tokens of its decode iterations);
+  // sequences that were cancelled or finished meanwhile are ignored. Returns one update per live
+  // sampling sequence, in plan order. On error nothing changes: FAILED_PRECONDITION when no step
+  // (or another step) is in flight, INVALID_ARGUMENT for a malformed outcome (the caller may then
+  // abandon_step()).
+  absl::StatusOr<std::vector<SequenceUpdate>> complete_step(const StepOutcome& outcome);
+
+  // Forgets the in-flight step without applying it, when its workers failed (cancel_all() then
+  // usually follows: restarted workers hold no sequence state). Each sequence keeps its state from
+  // before the step.
+  void abandon_step();
+
+  // End a live sequence (queued, prefilling or decoding) and free its pages at once. finish() counts
+  // it as completed with `reason` (the caller's stop-string check uses kStopString); cancel() as
+  // cancelled. NOT_FOUND for an unknown or already ended id. Pages freed while a step is in flight
+  // are only reused by later steps, which start after that step completes.
+  absl::Status finish(SeqId id, FinishReason reason);
+  absl::Status cancel(SeqId id);
+  // Cancels every live sequence (e.g. when a worker died); returns their ids in arrival order.
+  std::vector<SeqId> cancel_all();
+
+  // Moves out the pending releases (next_step() also puts them into the plan); for flushing them
+  // to the workers while no step runs.
+  std::vector<SeqId> take_released();
+
+  std::optional<SequenceInfo> sequence_info(SeqId id) const;
+  // Tokens generated so far (empty for an unknown id).
+  std::vector<int32_t> output_tokens(SeqId id) const;
+  bool idle() const { return seqs_.empty(); }
+  SchedulerStats stats() const;
+
+  // OK, or INTERNAL describing the first broken invariant: every page is free or held by exactly
+  // one running sequence; queued sequences hold no pages; each running sequence's pages cover its
+  // computed positions and never exceed what its last position needs; at most max_batch run.
+  absl::Status check_invariants() const;
+
+ private:
+  struct Sequence {
+    ValidatedRequest request;
+    std::vector<int32_t> tokens;  // prompt, then generated tokens
+    int32_t prompt_len = 0;
+    int32_t num_computed = 0;  // positions whose KV is written (tokens[0, num_computed))
+    std::vector<int32_t> pages;
+    bool running = false;
+    bool sent = false;  // in a step since last (re)admission: workers hold state for it
+
+    int32_t num_known() const { return static_cast<int32_t>(tokens.size()); }
+    int32_t num_pending() const { return num_known() - num_computed; }
+    // Prompt length + max_new_tokens: the sequence ends when it holds this many tokens.
+    int32_t token_limit() const { return prompt_len + request.max_new_tokens; }
+  };
+
+  struct InFlightEntry {
+    SeqId seq_id;
+    int32_t num_tokens;
+    bool sample;
+  };
+  struct InFlightStep {
+    uint64_t step_id;
+    int32_t decode_steps;
+    std::vector<InFlightEntry> entries;
+  };
+
+  int32_t reserve_pages(const Sequence& seq) const;
+  int32_t step_pages(const Sequence& seq) const;
+  void grow_decodes();
+  void admit();
+  void preempt(SeqId id);
+  void end_sequence(SeqId id);
+  std::optional<FinishReason> stop_reason(const Sequence& seq, int32_t token) const;
+
+  SchedulerConfig config_;
+  PageAllocator pages_;
+  std::map<SeqId, Sequence> seqs_;  // every live sequence
+  std::set<SeqId> queue_;           // waiting for admission; FIFO = ascending id (arrival order)
+  std::set<SeqId> running_;         // admitted, holding pages
+  std::vector<SeqId> released_;
+  std::optional<InFlightStep> in_flight_;
+  SeqId next_seq_id_ = 1;
+  uint64_t next_step_id_ = 1;
+
+  int64_t steps_ = 0;
+  std::vector<int64_t> batch_size_counts_;
+  int32_t largest_batch_ = 0;
+  int64_t submitted_ = 0;
+  int64_t completed_ = 0;
+  int64_t cancelled_ = 0;
+  int64_t preemptions_ = 0;
+  int64_t prompt_tokens_ = 0;
+  int64_t generated_tokens_ = 0;
+};
+
+}  // namespace exl3
