@@ -119,6 +119,15 @@ Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals) {
     if (startup.valid()) startup.wait();
     stop.wait();
   } else {
+    // Workers told to shut down exit on their own; only stragglers get signals.
+    const auto deadline = ProcessClock::now() + std::chrono::seconds(5);
+    while ((*group)->pending_count() > 0 && ProcessClock::now() < deadline) {
+      auto exited = (*group)->wait_any(deadline);
+      if (!exited.ok()) break;
+      if (exited->has_value() && !(*exited)->success()) {
+        std::fprintf(stderr, "exl3-launch: %s\n", (*exited)->describe().c_str());
+      }
+    }
     report((*group)->terminate_all(std::chrono::milliseconds(5000)));
   }
   return outcome;

@@ -15,6 +15,8 @@ class ControlService final : public pb::Control::Service {
  public:
   // The group that registrations and sessions go to (replaced on restart).
   void set_group(std::shared_ptr<WorkerGroup> group);
+  // Wakes store waiters so the server can stop without waiting out their timeouts.
+  void close_store() { store_.close(); }
 
   grpc::Status Register(grpc::ServerContext* context, const pb::RegisterRequest* request,
                         pb::RegisterResponse* response) override;

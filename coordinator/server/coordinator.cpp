@@ -272,6 +272,7 @@ void Coordinator::shutdown(std::chrono::milliseconds drain_timeout) {
   if (public_server_) public_server_->GetHealthCheckService()->SetServingStatus(false);
   if (loop_) loop_->drain_and_stop(drain_timeout);
   if (group_) group_->shutdown("coordinator shutting down", std::chrono::milliseconds(5000));
+  control_service_.close_store();
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(2);
   if (public_server_) public_server_->Shutdown(deadline);
   if (control_server_) control_server_->Shutdown(deadline);

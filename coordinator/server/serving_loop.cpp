@@ -196,7 +196,12 @@ void ServingLoop::run() {
       plan = scheduler_.next_step();
       if (!plan) {
         const std::vector<SeqId> released = scheduler_.take_released();
-        if (!released.empty()) {
+        if (released.empty()) {
+          // Nothing can run right now (e.g. requests arriving mid-cancel): do not spin.
+          cv_.wait_for(lock, std::chrono::milliseconds(5));
+          continue;
+        }
+        {
           lock.unlock();
           pb::Command release;
           release.mutable_release()->mutable_seq_ids()->Add(released.begin(), released.end());

@@ -177,6 +177,7 @@ TEST(GlooCommunicator, RejectsAHostItCannotBindTo) {
   options.host = "192.0.2.1";  // TEST-NET-1: never an address of this machine
   const auto comm = make_gloo_communicator(options, store);
   EXPECT_EQ(comm.status().code(), absl::StatusCode::kInvalidArgument) << comm.status();
+  EXPECT_TRUE(exl3::testing::has_substr(std::string(comm.status().message()), "192.0.2.1"));
 }
 
 TEST(SingleRankCommunicator, CopiesAndChecksArguments) {

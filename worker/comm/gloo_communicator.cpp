@@ -7,11 +7,15 @@
 #include <exception>
 #include <memory>
 #include <span>
+#include <system_error>
 #include <utility>
 
+#include <netdb.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <gloo/allgatherv.h>
 #include <gloo/allreduce.h>
@@ -142,6 +146,36 @@ class ScopedSigpipeBlock {
   bool was_pending_ = false;
 };
 
+// Resolves `host` and binds a throw-away socket to it, so that a host this machine cannot listen
+// on is refused with a clear status before Gloo sees it (Gloo's own failure path here throws an
+// EnforceNotMet and leaks its address lookup).
+absl::Status check_bindable(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Gloo: cannot resolve host '", host, "': ", gai_strerror(rc)));
+  }
+  const std::unique_ptr<addrinfo, decltype(&freeaddrinfo)> owned(found, &freeaddrinfo);
+  std::string error = "no address";
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) {
+      error = std::error_code(errno, std::generic_category()).message();
+      continue;
+    }
+    const bool bound = bind(fd, a->ai_addr, a->ai_addrlen) == 0;
+    if (!bound) error = std::error_code(errno, std::generic_category()).message();
+    close(fd);
+    if (bound) return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("Gloo: cannot listen on host '", host, "': ", error));
+}
+
 void sum_floats(void* out, const void* a, const void* b, size_t n) {
   float* o = static_cast<float*>(out);
   const float* x = static_cast<const float*>(a);
@@ -201,7 +235,8 @@ class GlooCommunicator final : public Communicator {
   absl::Status send(std::span<const float> data, int dst_rank) override {
     EXL3_RETURN_IF_ERROR(check_peer("send", rank(), world_size(), dst_rank));
     if (data.empty()) return usable();
-    return run(absl::StrCat("send to rank ", dst_rank), [&] {
+    return run("send to rank", dst_rank, [&] {
+      // Gloo only reads a send buffer, but its buffers take a non-const pointer.
       auto buffer = context_->createUnboundBuffer(const_cast<float*>(data.data()),
                                                   data.size_bytes());
       buffer->send(dst_rank, gloo::Slot::build(kSendRecvSlotPrefix, 0));
@@ -214,7 +249,7 @@ class GlooCommunicator final : public Communicator {
   absl::Status recv(std::span<float> data, int src_rank) override {
     EXL3_RETURN_IF_ERROR(check_peer("recv", rank(), world_size(), src_rank));
     if (data.empty()) return usable();
-    return run(absl::StrCat("recv from rank ", src_rank), [&] {
+    return run("recv from rank", src_rank, [&] {
       auto buffer = context_->createUnboundBuffer(data.data(), data.size_bytes());
       buffer->recv(src_rank, gloo::Slot::build(kSendRecvSlotPrefix, 0));
       const bool completed = buffer->waitRecv(options_.timeout);
@@ -237,10 +272,16 @@ class GlooCommunicator final : public Communicator {
         absl::StrCat("communicator unusable after an earlier error: ", failed_.message()));
   }
 
-  // Runs one Gloo operation. The first failure is kept, and all connections are closed so that
-  // the peers' pending and next operations fail at once rather than at their deadlines.
   template <typename Op>
-  absl::Status run(const std::string& what, Op&& op) {
+  absl::Status run(const char* what, Op&& op) {
+    return run(what, -1, std::forward<Op>(op));
+  }
+
+  // Runs one Gloo operation (`what`, with the peer rank when there is one). The first failure is
+  // kept, and all connections are closed so that the peers' pending and next operations fail at
+  // once rather than at their deadlines.
+  template <typename Op>
+  absl::Status run(const char* what, int peer, Op&& op) {
     EXL3_RETURN_IF_ERROR(usable());
     const ScopedSigpipeBlock no_sigpipe;
     try {
@@ -248,14 +289,15 @@ class GlooCommunicator final : public Communicator {
       return absl::OkStatus();
     } catch (...) {
       failed_ = status_from_current_exception(
-          absl::StrCat(what, " (rank ", rank(), " of ", world_size(), ")"));
+          absl::StrCat(what, peer >= 0 ? absl::StrCat(" ", peer) : std::string(), " (rank ",
+                       rank(), " of ", world_size(), ")"));
     }
     try {
       context_->closeConnections();
-    } catch (const std::exception& e) {
-      return absl::Status(failed_.code(), absl::StrCat(failed_.message(),
-                                                       "; closing connections also failed: ",
-                                                       e.what()));
+    } catch (...) {
+      const absl::Status close_status = status_from_current_exception("closing connections");
+      return absl::Status(failed_.code(),
+                          absl::StrCat(failed_.message(), "; ", close_status.message()));
     }
     return failed_;
   }
@@ -350,6 +392,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_gloo_communicator(const GlooO
   if (options.prefix.empty()) {
     return absl::InvalidArgumentError("Gloo: the store key prefix is empty");
   }
+  EXL3_RETURN_IF_ERROR(check_bindable(options.host));
   const std::string who = absl::StrCat("Gloo rank ", options.rank, " of ", options.world_size,
                                        " (store prefix '", options.prefix, "')");
   const auto deadline = std::chrono::steady_clock::now() + options.timeout;

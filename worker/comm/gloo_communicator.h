@@ -27,6 +27,7 @@
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gloo/rendezvous/store.h>

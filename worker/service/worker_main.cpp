@@ -1,5 +1,6 @@
 // exl3-worker: one rank of the runtime. Normally spawned by exl3-launch; can be run by hand
 // (another host, Slurm, Kubernetes) against exl3-coordinator.
+#include <csignal>
 #include <cstdio>
 
 #include "CLI/CLI.hpp"
@@ -26,6 +27,8 @@ int main(int argc, char** argv) {
   }
   o.memory_bytes = static_cast<int64_t>(memory_gib * 1073741824.0);
   o.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(connect_timeout_s * 1000));
+  // A peer that vanishes must surface as an error from the communicator, not kill this process.
+  std::signal(SIGPIPE, SIG_IGN);
   const absl::Status status = exl3::run_worker(o);
   if (!status.ok()) {
     std::fprintf(stderr, "exl3-worker: rank %d: %s\n", o.rank, std::string(status.message()).c_str());

@@ -1,0 +1,212 @@
+// Malformed and impatient requests against a launched server: each invalid Generate (streaming
+// and unary) is refused with INVALID_ARGUMENT whose message names the offending field, Detokenize
+// refuses unknown ids, a client deadline ends a call with DEADLINE_EXCEEDED and the server drops
+// the abandoned sequence; after each of these the launcher is still running and a normal request
+// still completes.
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "integration/inference_calls.h"
+#include "integration/launched_server.h"
+
+namespace exl3::testing {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr int kMaxSeqLen = 512;
+
+std::unique_ptr<LaunchedServer>& server() {
+  static std::unique_ptr<LaunchedServer> s;
+  return s;
+}
+
+class BadRequests : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    LaunchConfig config;
+    config.workers = 2;
+    config.max_seq_len = kMaxSeqLen;
+    config.max_batch = 4;
+    config.log_name = "bad_requests";
+    absl::StatusOr<std::unique_ptr<LaunchedServer>> s = LaunchedServer::start(config, seconds(60));
+    if (s.ok()) {
+      server() = *std::move(s);
+      server()->worker_pids(static_cast<size_t>(config.workers), TestClock::now() + seconds(10));
+    } else {
+      start_error_ = std::string(s.status().message());
+    }
+  }
+  // A clean stop: SIGTERM drains, the launcher exits 0 and leaves no worker behind.
+  static void TearDownTestSuite() {
+    if (!server()) return;
+    const std::optional<int> exit = server()->stop(std::chrono::seconds(20));
+    EXPECT_TRUE(exit.has_value() && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0)
+        << (exit ? describe_wait_status(*exit) : std::string("still running 20 s after SIGTERM"));
+    for (pid_t w : server()->known_workers()) EXPECT_TRUE(process_gone(w)) << "worker " << w << " left behind";
+    server().reset();
+  }
+
+  void SetUp() override {
+    ASSERT_TRUE(server() != nullptr) << "exl3-launch did not start: " << start_error_;
+    stub_ = server()->stub();
+  }
+  void TearDown() override {
+    if (HasFailure() && server()) std::fprintf(stderr, "--- launcher log (tail) ---\n%s\n", server()->log_tail().c_str());
+  }
+
+  // Both Generate and GenerateUnary refuse `request` with INVALID_ARGUMENT naming `field`.
+  void expect_invalid(const v1::GenerateRequest& request, const std::string& field) {
+    const StreamResult streamed = stream_generate(*stub_, request, seconds(10));
+    EXPECT_EQ(streamed.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << describe(streamed.status);
+    EXPECT_NE(streamed.status.error_message().find(field), std::string::npos)
+        << "message does not name " << field << ": " << streamed.status.error_message();
+    EXPECT_EQ(streamed.messages, 0);
+
+    grpc::ClientContext context;
+    set_timeout(context, seconds(10));
+    v1::GenerateResponse response;
+    const grpc::Status unary = stub_->GenerateUnary(&context, request, &response);
+    EXPECT_EQ(unary.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << describe(unary);
+    EXPECT_NE(unary.error_message().find(field), std::string::npos)
+        << "message does not name " << field << ": " << unary.error_message();
+  }
+
+  // The launcher is alive, the health service says SERVING and a small greedy request completes.
+  void expect_still_serving() {
+    EXPECT_FALSE(server()->wait_exit(TestClock::now()).has_value()) << "exl3-launch exited";
+    HealthStatus health = HealthResponse::UNKNOWN;
+    const grpc::Status checked = health_check(server()->channel(), &health);
+    EXPECT_TRUE(checked.ok()) << describe(checked);
+    EXPECT_EQ(health, HealthResponse::SERVING);
+    const StreamResult r = stream_generate(*stub_, greedy(text_request("Hello there", 8)), seconds(30));
+    ASSERT_TRUE(r.status.ok()) << describe(r.status);
+    EXPECT_TRUE(r.tokens.size() == 8u || r.finish_reason == v1::FINISH_REASON_EOS) << r.tokens.size() << " tokens";
+    EXPECT_TRUE(r.has_usage);
+  }
+
+  // Waits (bounded) until the server has nothing queued or running.
+  void expect_idle_within(milliseconds timeout) {
+    const auto deadline = TestClock::now() + timeout;
+    v1::StatsResponse s;
+    while (true) {
+      ASSERT_TRUE(stats(*stub_, &s).ok());
+      if (s.running_requests() == 0 && s.queued_requests() == 0) return;
+      if (TestClock::now() >= deadline) break;
+      std::this_thread::sleep_for(milliseconds(50));
+    }
+    ADD_FAILURE() << "still " << s.running_requests() << " running and " << s.queued_requests() << " queued";
+  }
+
+  std::unique_ptr<v1::Inference::Stub> stub_;
+  static std::string start_error_;
+};
+std::string BadRequests::start_error_;
+
+std::vector<int32_t> ids_of_length(int n) {
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = 100 + i % 3000;
+  return ids;
+}
+
+TEST_F(BadRequests, EmptyPromptNamesPrompt) {
+  expect_invalid(text_request("", 8), "prompt");
+  expect_invalid(token_request({}, 8), "prompt_tokens");
+  v1::GenerateRequest no_input;
+  no_input.mutable_stopping()->set_max_new_tokens(8);
+  expect_invalid(no_input, "prompt");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, TopPAboveOneNamesTopP) {
+  v1::GenerateRequest r = text_request("Hello", 8);
+  r.mutable_sampling()->set_top_p(1.5f);
+  expect_invalid(r, "sampling.top_p");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, NegativeTemperatureNamesTemperature) {
+  v1::GenerateRequest r = text_request("Hello", 8);
+  r.mutable_sampling()->set_temperature(-1.0f);
+  expect_invalid(r, "sampling.temperature");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, NegativeTopKNamesTopK) {
+  v1::GenerateRequest r = text_request("Hello", 8);
+  r.mutable_sampling()->set_top_k(-3);
+  expect_invalid(r, "sampling.top_k");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, MaxNewTokensBeyondContextNamesMaxNewTokens) {
+  // 20 prompt tokens + 493 new = 513 positions, one more than --max-seq-len 512.
+  expect_invalid(token_request(ids_of_length(20), kMaxSeqLen - 20 + 1), "stopping.max_new_tokens");
+  expect_invalid(text_request("Hello", 100000), "stopping.max_new_tokens");
+  expect_invalid(text_request("Hello", 0), "stopping.max_new_tokens");
+  // Exactly filling the context is allowed.
+  const StreamResult fits = stream_generate(*stub_, greedy(token_request(ids_of_length(kMaxSeqLen - 4), 4)), seconds(30));
+  EXPECT_TRUE(fits.status.ok()) << describe(fits.status);
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, UnknownTokenIdNamesPromptTokens) {
+  v1::GenerateRequest r = token_request({0, 200, 99999, 300}, 8);
+  expect_invalid(r, "prompt_tokens");
+  const StreamResult streamed = stream_generate(*stub_, r, seconds(10));
+  EXPECT_NE(streamed.status.error_message().find("99999"), std::string::npos) << streamed.status.error_message();
+  expect_invalid(token_request({0, -5}, 8), "prompt_tokens");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, OversizedPromptNamesPromptTokens) {
+  expect_invalid(token_request(ids_of_length(600), 8), "prompt_tokens");
+  // A prompt that fills the whole context leaves no room for a token either.
+  v1::GenerateRequest full = token_request(ids_of_length(kMaxSeqLen), 1);
+  full.mutable_stopping()->clear_max_new_tokens();
+  expect_invalid(full, "prompt_tokens");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, DetokenizeUnknownIdIsInvalidArgument) {
+  std::string text;
+  const grpc::Status bad = detokenize(*stub_, {5, 99999}, &text);
+  EXPECT_EQ(bad.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << describe(bad);
+  EXPECT_NE(bad.error_message().find("99999"), std::string::npos) << bad.error_message();
+  const grpc::Status negative = detokenize(*stub_, {-1}, &text);
+  EXPECT_EQ(negative.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << describe(negative);
+  const grpc::Status good = detokenize(*stub_, {34, 35}, &text);
+  EXPECT_TRUE(good.ok()) << describe(good);
+  EXPECT_EQ(text, "AB");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, ClientDeadlineEndsTheCallAndTheServerDropsIt) {
+  v1::GenerateRequest long_run = greedy(text_request("Once upon a time", 480));
+  long_run.mutable_stopping()->set_ignore_eos(true);
+
+  // 1 ms: the call ends before (or just after) it reaches the server.
+  const StreamResult streamed = stream_generate(*stub_, long_run, milliseconds(1));
+  EXPECT_EQ(streamed.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << describe(streamed.status);
+  {
+    grpc::ClientContext context;
+    set_timeout(context, milliseconds(1));
+    v1::GenerateResponse response;
+    const grpc::Status unary = stub_->GenerateUnary(&context, long_run, &response);
+    EXPECT_EQ(unary.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << describe(unary);
+  }
+  // Long enough to be running on the server when the deadline passes: the server must notice the
+  // cancellation and free the sequence rather than generate 480 tokens for nobody.
+  const StreamResult midway = stream_generate(*stub_, long_run, milliseconds(700));
+  EXPECT_EQ(midway.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << describe(midway.status);
+  EXPECT_LT(midway.tokens.size(), 480u);
+  expect_idle_within(seconds(5));
+  expect_still_serving();
+}
+
+}  // namespace
+}  // namespace exl3::testing
