@@ -13,6 +13,7 @@
 #include "coordinator/planner/model_footprint.h"
 #include "coordinator/planner/shard_planner.h"
 #include "coordinator/server/control_service.h"
+#include "coordinator/server/plan_proto.h"
 #include "gtest/gtest.h"
 #include "launch/process/process_group.h"
 #include "nlohmann/json.hpp"
@@ -41,28 +42,6 @@ Tensor reference_logits(int64_t seq) {
   Tensor out = Tensor::zeros(DType::kF32, {len, vocab});
   std::copy_n(all.data<float>() + seq * len * vocab, len * vocab, out.mutable_data<float>());
   return out;
-}
-
-pb::ShardPlan to_proto(const RankPlan& p) {
-  pb::ShardPlan s;
-  s.set_mode(plan_mode_name(p.mode));
-  s.set_rank(p.rank);
-  s.set_world_size(p.world_size);
-  s.set_first_layer(static_cast<int32_t>(p.first_layer));
-  s.set_end_layer(static_cast<int32_t>(p.end_layer));
-  for (const LayerPlan& l : p.layers) {
-    pb::LayerShard* ls = s.add_layers();
-    ls->set_layer(static_cast<int32_t>(l.layer));
-    ls->set_kv_head_begin(static_cast<int32_t>(l.kv_head_begin));
-    ls->set_kv_head_end(static_cast<int32_t>(l.kv_head_end));
-    ls->set_mlp_begin(static_cast<int32_t>(l.mlp_begin));
-    ls->set_mlp_end(static_cast<int32_t>(l.mlp_end));
-  }
-  s.set_vocab_begin(static_cast<int32_t>(p.vocab_begin));
-  s.set_vocab_end(static_cast<int32_t>(p.vocab_end));
-  s.set_has_embedding(p.has_embedding);
-  s.set_has_head(p.has_head);
-  return s;
 }
 
 class ShardedLogits : public ::testing::TestWithParam<ClusterCase> {};
@@ -115,7 +94,7 @@ TEST_P(ShardedLogits, MatchExLlamaV3AndSingleProcess) {
   for (int r = 0; r < world; ++r) {
     pb::LoadShard* l = loads[r].mutable_load();
     l->set_model_dir(model_dir);
-    *l->mutable_plan() = to_proto((*plans)[r]);
+    *l->mutable_plan() = plan_to_proto((*plans)[r]);
     l->set_num_pages(static_cast<int32_t>(popts.num_pages()));
     l->set_page_size(static_cast<int32_t>(popts.page_size));
     l->set_comm_backend("gloo");
