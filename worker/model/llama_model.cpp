@@ -266,24 +266,25 @@ absl::StatusOr<Tensor> LlamaModel::forward_batch(std::span<const BatchEntry> bat
     EXL3_CHECK(local.dim(1) == c.vocab_size, "a single head rank must hold the whole vocabulary");
     return local;
   }
-  // Every rank's vocabulary count, then the row-major [r, count_rank] blocks in rank order.
-  std::vector<float> my_count = {static_cast<float>(local.dim(1))};
-  std::vector<float> all_counts(comm->world_size());
-  const std::vector<int64_t> ones(comm->world_size(), 1);
-  EXL3_RETURN_IF_ERROR(comm->all_gather(my_count, all_counts, ones));
-  std::vector<int64_t> counts(comm->world_size());
-  int64_t vocab_total = 0;
-  for (int i = 0; i < comm->world_size(); ++i) {
-    counts[i] = static_cast<int64_t>(all_counts[i]) * r;
-    vocab_total += static_cast<int64_t>(all_counts[i]);
+  // Every rank's vocabulary width (learned once), then the row-major [r, width] blocks in rank order.
+  if (vocab_widths_.empty()) {
+    std::vector<float> mine = {static_cast<float>(local.dim(1))};
+    std::vector<float> all(comm->world_size());
+    const std::vector<int64_t> ones(comm->world_size(), 1);
+    EXL3_RETURN_IF_ERROR(comm->all_gather(mine, all, ones));
+    int64_t vocab_total = 0;
+    for (float w : all) vocab_total += static_cast<int64_t>(w);
+    EXL3_CHECK_EQ(vocab_total, c.vocab_size, "the ranks' vocabulary ranges must cover the vocabulary once");
+    for (float w : all) vocab_widths_.push_back(static_cast<int64_t>(w));
   }
-  EXL3_CHECK_EQ(vocab_total, c.vocab_size, "the ranks' vocabulary ranges must cover the vocabulary once");
+  std::vector<int64_t> counts(comm->world_size());
+  for (int i = 0; i < comm->world_size(); ++i) counts[i] = vocab_widths_[i] * r;
   std::vector<float> gathered(r * c.vocab_size);
   EXL3_RETURN_IF_ERROR(comm->all_gather(std::span<const float>(local.data<float>(), local.numel()), gathered, counts));
   Tensor logits = Tensor::zeros(DType::kF32, {r, c.vocab_size});
   int64_t block = 0, column = 0;
   for (int i = 0; i < comm->world_size(); ++i) {
-    const int64_t width = counts[i] / std::max<int64_t>(r, 1);
+    const int64_t width = vocab_widths_[i];
     for (int64_t row = 0; row < r; ++row) {
       std::copy_n(gathered.data() + block + row * width, width,
                   logits.mutable_data<float>() + row * c.vocab_size + column);

@@ -90,6 +90,8 @@ class LlamaModel {
   uint64_t stored_bytes_ = 0;
   uint64_t allocated_bytes_ = 0;
   double decoder_bpw_ = 0.0;
+  // Vocabulary width of every rank's head slice (tensor parallel), exchanged on first use.
+  mutable std::vector<int64_t> vocab_widths_;
 };
 
 }  // namespace exl3
