@@ -30,7 +30,8 @@ absl::Status validate_prompt(const GenerateParams& params, const ModelLimits& li
     return invalid("prompt must not be empty");
   }
   if (const auto* ids = std::get_if<std::vector<int32_t>>(&params.prompt)) {
-    EXL3_CHECK(*ids == prompt_ids, "prompt_ids must be the request's prompt_tokens as given");
+    EXL3_CHECK(prompt_ids.size() - ids->size() <= 1 && std::equal(ids->rbegin(), ids->rend(), prompt_ids.rbegin()),
+               "prompt_ids must be the request's prompt_tokens as given, after BOS when add_bos is set");
   }
   const std::string field = prompt_field(params);
   if (prompt_ids.empty()) {

@@ -86,7 +86,7 @@ struct ValidatedRequest {
 
 // Validates `params` against the model and normalises it.
 //  - prompt_ids: the prompt to run, as token ids: the tokenizer's output for a text prompt (BOS
-//    per add_bos already applied), or params' prompt_tokens as given.
+//    per add_bos already applied), or params' prompt_tokens as given (after BOS when add_bos is true).
 //  - random_seed: the seed used when params.sampling.seed is unset (the service draws it, so this
 //    function stays deterministic and testable).
 // Errors are INVALID_ARGUMENT naming the field ("prompt", "prompt_tokens", "sampling.top_p",

@@ -66,17 +66,22 @@ grpc::Status InferenceService::run(grpc::ServerContext* context, const v1::Gener
                                    const std::function<bool(const v1::GenerateResponse&)>& emit, bool stream) {
   GenerateParams params = params_from_proto(request);
   if (params.request_id.empty()) params.request_id = absl::StrCat("req-", next_request_id_++);
-  std::vector<int32_t> prompt_ids;
-  const bool add_bos = params.add_bos.value_or(tokenizer_.add_bos() && std::holds_alternative<std::string>(params.prompt));
-  if (add_bos && tokenizer_.bos_id()) prompt_ids.push_back(*tokenizer_.bos_id());
+  // The prompt as token ids: text is tokenized (BOS per add_bos, default the tokenizer's); token
+  // prompts are used as given unless add_bos is set explicitly. An empty prompt stays empty so
+  // that validation refuses it, BOS or not.
+  std::vector<int32_t> body;
+  bool default_bos = false;
   if (const auto* text = std::get_if<std::string>(&params.prompt)) {
-    const std::vector<int32_t> ids = tokenizer_.encode(*text, !params.special_tokens_as_text);
-    if (text->empty()) prompt_ids.clear();  // an empty prompt is refused by validation, BOS or not
-    prompt_ids.insert(prompt_ids.end(), ids.begin(), ids.end());
+    body = tokenizer_.encode(*text, !params.special_tokens_as_text);
+    default_bos = tokenizer_.add_bos();
   } else if (const auto* ids = std::get_if<std::vector<int32_t>>(&params.prompt)) {
-    if (ids->empty()) prompt_ids.clear();
-    prompt_ids.insert(prompt_ids.end(), ids->begin(), ids->end());
+    body = *ids;
   }
+  std::vector<int32_t> prompt_ids;
+  if (!body.empty() && params.add_bos.value_or(default_bos) && tokenizer_.bos_id()) {
+    prompt_ids.push_back(*tokenizer_.bos_id());
+  }
+  prompt_ids.insert(prompt_ids.end(), body.begin(), body.end());
   absl::StatusOr<ValidatedRequest> validated = validate_request(params, limits_, prompt_ids, random_seed());
   if (!validated.ok()) return to_grpc(validated.status());
   absl::StatusOr<ServingLoop::Submitted> submitted = loop_.submit(*std::move(validated));

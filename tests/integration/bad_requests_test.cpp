@@ -3,6 +3,7 @@
 // refuses unknown ids, a client deadline ends a call with DEADLINE_EXCEEDED and the server drops
 // the abandoned sequence; after each of these the launcher is still running and a normal request
 // still completes.
+#include <limits>
 #include <memory>
 #include <string>
 #include <thread>
@@ -10,7 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "integration/inference_calls.h"
-#include "integration/launched_server.h"
+#include "integration/server_suite.h"
 
 namespace exl3::testing {
 namespace {
@@ -20,12 +21,7 @@ using std::chrono::seconds;
 
 constexpr int kMaxSeqLen = 512;
 
-std::unique_ptr<LaunchedServer>& server() {
-  static std::unique_ptr<LaunchedServer> s;
-  return s;
-}
-
-class BadRequests : public ::testing::Test {
+class BadRequests : public ServerSuite {
  protected:
   static void SetUpTestSuite() {
     LaunchConfig config;
@@ -33,30 +29,12 @@ class BadRequests : public ::testing::Test {
     config.max_seq_len = kMaxSeqLen;
     config.max_batch = 4;
     config.log_name = "bad_requests";
-    absl::StatusOr<std::unique_ptr<LaunchedServer>> s = LaunchedServer::start(config, seconds(60));
-    if (s.ok()) {
-      server() = *std::move(s);
-      server()->worker_pids(static_cast<size_t>(config.workers), TestClock::now() + seconds(10));
-    } else {
-      start_error_ = std::string(s.status().message());
-    }
-  }
-  // A clean stop: SIGTERM drains, the launcher exits 0 and leaves no worker behind.
-  static void TearDownTestSuite() {
-    if (!server()) return;
-    const std::optional<int> exit = server()->stop(std::chrono::seconds(20));
-    EXPECT_TRUE(exit.has_value() && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0)
-        << (exit ? describe_wait_status(*exit) : std::string("still running 20 s after SIGTERM"));
-    for (pid_t w : server()->known_workers()) EXPECT_TRUE(process_gone(w)) << "worker " << w << " left behind";
-    server().reset();
+    start_server(config);
   }
 
   void SetUp() override {
-    ASSERT_TRUE(server() != nullptr) << "exl3-launch did not start: " << start_error_;
-    stub_ = server()->stub();
-  }
-  void TearDown() override {
-    if (HasFailure() && server()) std::fprintf(stderr, "--- launcher log (tail) ---\n%s\n", server()->log_tail().c_str());
+    ServerSuite::SetUp();
+    if (!HasFatalFailure()) stub_ = server().stub();
   }
 
   // Both Generate and GenerateUnary refuse `request` with INVALID_ARGUMENT naming `field`.
@@ -78,9 +56,9 @@ class BadRequests : public ::testing::Test {
 
   // The launcher is alive, the health service says SERVING and a small greedy request completes.
   void expect_still_serving() {
-    EXPECT_FALSE(server()->wait_exit(TestClock::now()).has_value()) << "exl3-launch exited";
+    EXPECT_FALSE(server().wait_exit(TestClock::now()).has_value()) << "exl3-launch exited";
     HealthStatus health = HealthResponse::UNKNOWN;
-    const grpc::Status checked = health_check(server()->channel(), &health);
+    const grpc::Status checked = health_check(server().channel(), &health);
     EXPECT_TRUE(checked.ok()) << describe(checked);
     EXPECT_EQ(health, HealthResponse::SERVING);
     const StreamResult r = stream_generate(*stub_, greedy(text_request("Hello there", 8)), seconds(30));
@@ -103,9 +81,7 @@ class BadRequests : public ::testing::Test {
   }
 
   std::unique_ptr<v1::Inference::Stub> stub_;
-  static std::string start_error_;
 };
-std::string BadRequests::start_error_;
 
 std::vector<int32_t> ids_of_length(int n) {
   std::vector<int32_t> ids(static_cast<size_t>(n));
@@ -149,7 +125,8 @@ TEST_F(BadRequests, MaxNewTokensBeyondContextNamesMaxNewTokens) {
   expect_invalid(text_request("Hello", 100000), "stopping.max_new_tokens");
   expect_invalid(text_request("Hello", 0), "stopping.max_new_tokens");
   // Exactly filling the context is allowed.
-  const StreamResult fits = stream_generate(*stub_, greedy(token_request(ids_of_length(kMaxSeqLen - 4), 4)), seconds(30));
+  const StreamResult fits =
+      stream_generate(*stub_, greedy(token_request(ids_of_length(kMaxSeqLen - 4), 4)), seconds(30));
   EXPECT_TRUE(fits.status.ok()) << describe(fits.status);
   expect_still_serving();
 }
@@ -169,6 +146,59 @@ TEST_F(BadRequests, OversizedPromptNamesPromptTokens) {
   v1::GenerateRequest full = token_request(ids_of_length(kMaxSeqLen), 1);
   full.mutable_stopping()->clear_max_new_tokens();
   expect_invalid(full, "prompt_tokens");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, OtherOutOfRangeFieldsAreNamed) {
+  v1::GenerateRequest r = text_request("Hello", 8);
+  r.mutable_sampling()->set_top_p(std::numeric_limits<float>::quiet_NaN());
+  expect_invalid(r, "sampling.top_p");
+  r = text_request("Hello", 8);
+  r.mutable_sampling()->set_min_p(2.0f);
+  expect_invalid(r, "sampling.min_p");
+  r = text_request("Hello", 8);
+  r.mutable_sampling()->set_repetition_penalty(0.0f);
+  expect_invalid(r, "sampling.repetition_penalty");
+  r = text_request("Hello", 8);
+  r.mutable_sampling()->set_presence_penalty(3.0f);
+  expect_invalid(r, "sampling.presence_penalty");
+  r = text_request("Hello", 8);
+  r.mutable_sampling()->set_frequency_penalty(-2.5f);
+  expect_invalid(r, "sampling.frequency_penalty");
+  r = text_request("Hello", 8);
+  r.mutable_sampling()->set_top_k(5000);
+  expect_invalid(r, "sampling.top_k");
+  r = text_request("Hello", 8);
+  r.mutable_stopping()->add_stop_token_ids(4096);
+  expect_invalid(r, "stopping.stop_token_ids");
+  r = text_request("Hello", 8);
+  r.mutable_stopping()->add_stop_strings("");
+  expect_invalid(r, "stopping.stop_strings");
+  expect_invalid(text_request(std::string(20000, 'a') + " long", 8), "prompt");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, PromptThatLeavesOneTokenFinishesWithContext) {
+  v1::GenerateRequest r = greedy(token_request(ids_of_length(kMaxSeqLen - 1), 1));
+  r.mutable_stopping()->clear_max_new_tokens();
+  r.mutable_stopping()->set_ignore_eos(true);
+  const StreamResult one = stream_generate(*stub_, r, seconds(30));
+  ASSERT_TRUE(one.status.ok()) << describe(one.status);
+  EXPECT_EQ(one.tokens.size(), 1u);
+  EXPECT_EQ(one.finish_reason, v1::FINISH_REASON_CONTEXT);
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, PromptTokensWithAddBosGetBosPrepended) {
+  // Unusual but valid: inference.proto lets add_bos prepend BOS to prompt_tokens as well.
+  v1::GenerateRequest r = greedy(token_request({300, 301, 302}, 4));
+  r.set_add_bos(true);
+  const StreamResult with_bos = stream_generate(*stub_, r, seconds(30));
+  ASSERT_TRUE(with_bos.status.ok()) << describe(with_bos.status);
+  EXPECT_EQ(with_bos.usage.prompt_tokens(), 4);
+  const StreamResult explicit_bos = stream_generate(*stub_, greedy(token_request({0, 300, 301, 302}, 4)), seconds(30));
+  ASSERT_TRUE(explicit_bos.status.ok()) << describe(explicit_bos.status);
+  EXPECT_EQ(with_bos.tokens, explicit_bos.tokens);
   expect_still_serving();
 }
 

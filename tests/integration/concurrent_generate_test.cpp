@@ -15,7 +15,7 @@
 #include "absl/strings/escaping.h"
 #include "gtest/gtest.h"
 #include "integration/inference_calls.h"
-#include "integration/launched_server.h"
+#include "integration/server_suite.h"
 
 namespace exl3::testing {
 namespace {
@@ -32,12 +32,7 @@ struct Case {
   int expected_prompt_tokens = 0;
 };
 
-std::unique_ptr<LaunchedServer>& server() {
-  static std::unique_ptr<LaunchedServer> s;
-  return s;
-}
-
-class ConcurrentGenerate : public ::testing::Test {
+class ConcurrentGenerate : public ServerSuite {
  protected:
   static void SetUpTestSuite() {
     LaunchConfig config;
@@ -46,32 +41,9 @@ class ConcurrentGenerate : public ::testing::Test {
     config.max_seq_len = 512;
     config.max_batch = 16;
     config.log_name = "concurrent_generate";
-    absl::StatusOr<std::unique_ptr<LaunchedServer>> s = LaunchedServer::start(config, seconds(60));
-    if (s.ok()) {
-      server() = *std::move(s);
-      server()->worker_pids(static_cast<size_t>(config.workers), TestClock::now() + seconds(10));
-    } else {
-      start_error_ = std::string(s.status().message());
-    }
+    start_server(config);
   }
-  // A clean stop: SIGTERM drains, the launcher exits 0 and leaves no worker behind.
-  static void TearDownTestSuite() {
-    if (!server()) return;
-    const std::optional<int> exit = server()->stop(std::chrono::seconds(20));
-    EXPECT_TRUE(exit.has_value() && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0)
-        << (exit ? describe_wait_status(*exit) : std::string("still running 20 s after SIGTERM"));
-    for (pid_t w : server()->known_workers()) EXPECT_TRUE(process_gone(w)) << "worker " << w << " left behind";
-    server().reset();
-  }
-
-  void SetUp() override { ASSERT_TRUE(server() != nullptr) << "exl3-launch did not start: " << start_error_; }
-  void TearDown() override {
-    if (HasFailure() && server()) std::fprintf(stderr, "--- launcher log (tail) ---\n%s\n", server()->log_tail().c_str());
-  }
-
-  static std::string start_error_;
 };
-std::string ConcurrentGenerate::start_error_;
 
 v1::GenerateRequest sampled(v1::GenerateRequest r, float temperature, uint64_t seed) {
   r.mutable_sampling()->set_temperature(temperature);
@@ -91,8 +63,8 @@ std::vector<Case> make_cases(v1::Inference::Stub& stub) {
   };
   std::vector<Case> cases;
   auto add = [&](std::string name, v1::GenerateRequest r) {
-    const int len = r.input_case() == v1::GenerateRequest::kPrompt ? prompt_len(r.prompt())
-                                                                   : r.prompt_tokens().ids_size();
+    const int len =
+        r.input_case() == v1::GenerateRequest::kPrompt ? prompt_len(r.prompt()) : r.prompt_tokens().ids_size();
     r.set_request_id(name);
     cases.push_back({std::move(name), std::move(r), len});
   };
@@ -189,7 +161,7 @@ void check_finished(const Case& c, const StreamResult& r) {
 }
 
 TEST_F(ConcurrentGenerate, SixteenStreamsBatchTogetherAndMatchSequentialRuns) {
-  std::unique_ptr<v1::Inference::Stub> stub = server()->stub();
+  std::unique_ptr<v1::Inference::Stub> stub = server().stub();
   const std::vector<Case> cases = make_cases(*stub);
   ASSERT_EQ(cases.size(), 16u);
   v1::StatsResponse before;
@@ -203,7 +175,7 @@ TEST_F(ConcurrentGenerate, SixteenStreamsBatchTogetherAndMatchSequentialRuns) {
     std::vector<std::jthread> threads;
     for (size_t i = 0; i < cases.size(); ++i) {
       threads.emplace_back([&, i] {
-        std::unique_ptr<v1::Inference::Stub> own = server()->stub();
+        std::unique_ptr<v1::Inference::Stub> own = server().stub();
         go.arrive_and_wait();
         concurrent[i] = stream_generate(*own, cases[i].request, kCallTimeout);
       });

@@ -36,12 +36,11 @@ using HealthStatus = HealthResponse::ServingStatus;
 inline grpc::Status health_check(const std::shared_ptr<grpc::Channel>& channel, HealthStatus* status,
                                  std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
   using Request = client::health::HealthCheckRequest;
-  using Response = client::health::HealthCheckResponse;
-  grpc::TemplatedGenericStub<Request, Response> stub(channel);
+  grpc::TemplatedGenericStub<Request, HealthResponse> stub(channel);
   grpc::ClientContext context;
   set_timeout(context, timeout);
   Request request;
-  Response response;
+  HealthResponse response;
   std::promise<grpc::Status> done;
   std::future<grpc::Status> result = done.get_future();
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
@@ -157,15 +156,24 @@ inline v1::GenerateRequest greedy(v1::GenerateRequest r) {
 
 inline std::string code_name(grpc::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::OK: return "OK";
-    case grpc::StatusCode::CANCELLED: return "CANCELLED";
-    case grpc::StatusCode::INVALID_ARGUMENT: return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::UNAVAILABLE: return "UNAVAILABLE";
-    case grpc::StatusCode::INTERNAL: return "INTERNAL";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION: return "FAILED_PRECONDITION";
-    default: return "code " + std::to_string(static_cast<int>(code));
+    case grpc::StatusCode::OK:
+      return "OK";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::INVALID_ARGUMENT:
+      return "INVALID_ARGUMENT";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::INTERNAL:
+      return "INTERNAL";
+    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+      return "RESOURCE_EXHAUSTED";
+    case grpc::StatusCode::FAILED_PRECONDITION:
+      return "FAILED_PRECONDITION";
+    default:
+      return "code " + std::to_string(static_cast<int>(code));
   }
 }
 

@@ -29,6 +29,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -61,6 +62,19 @@ struct LaunchConfig {
 // True when no process with this pid exists (it exited and was reaped).
 inline bool process_gone(pid_t pid) { return ::kill(pid, 0) == -1 && errno == ESRCH; }
 
+// The pids of `pids` that still exist once every one is gone or the deadline has passed.
+inline std::vector<pid_t> still_present(const std::vector<pid_t>& pids, TestClock::time_point deadline) {
+  std::vector<pid_t> left;
+  while (true) {
+    left.clear();
+    for (pid_t p : pids) {
+      if (!process_gone(p)) left.push_back(p);
+    }
+    if (left.empty() || TestClock::now() >= deadline) return left;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // argv[0..] of a running process joined with spaces; empty when it is gone or unreadable.
 inline std::string process_cmdline(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
@@ -83,7 +97,8 @@ inline pid_t parent_pid(pid_t pid) {
   return static_cast<pid_t>(ppid);
 }
 
-// Pids of the running (not zombie) children of `parent` whose command line contains `needle`.
+// Pids of the children of `parent` whose command line contains `needle` (a zombie's command line
+// is empty, so exited children never match).
 inline std::vector<pid_t> children_matching(pid_t parent, const std::string& needle) {
   std::vector<pid_t> out;
   DIR* dir = ::opendir("/proc");
@@ -114,13 +129,19 @@ class LaunchedServer {
     if (!out.ok()) return out.status();
 
     ChildLaunch launch;
-    launch.argv = {std::string(EXL3_BIN_DIR) + "/exl3-launch",
-                   "--model", fixture_model_dir(),
-                   "--cpu-workers", std::to_string(config.workers),
-                   "--mode", config.mode,
-                   "--port", "0",
-                   "--max-seq-len", std::to_string(config.max_seq_len),
-                   "--max-batch", std::to_string(config.max_batch)};
+    launch.argv = {std::string(EXL3_BIN_DIR) + "/exl3-launch"};
+    const std::pair<const char*, std::string> flags[] = {
+        {"--model", fixture_model_dir()},
+        {"--cpu-workers", std::to_string(config.workers)},
+        {"--mode", config.mode},
+        {"--port", "0"},
+        {"--max-seq-len", std::to_string(config.max_seq_len)},
+        {"--max-batch", std::to_string(config.max_batch)},
+    };
+    for (const auto& [flag, value] : flags) {
+      launch.argv.push_back(flag);
+      launch.argv.push_back(value);
+    }
     if (config.restart) launch.argv.push_back("--restart");
     launch.stdout_fd = out->write.get();
     launch.stderr_fd = log.get();
@@ -141,7 +162,8 @@ class LaunchedServer {
   }
 
   ~LaunchedServer() {
-    if (reaped_) return;
+    // pid_ stays -1 when start() failed before the fork (kill(-1) would signal everything).
+    if (pid_ <= 0 || reaped_) return;
     // The workers follow through their PDEATHSIG; their pids are not signalled here, since a
     // reused pid could belong to someone else's process.
     ::kill(pid_, SIGKILL);
@@ -187,18 +209,19 @@ class LaunchedServer {
   }
   const std::vector<pid_t>& known_workers() const { return known_workers_; }
 
-  bool signal(int sig) const { return !reaped_ && ::kill(pid_, sig) == 0; }
+  bool signal(int sig) const { return pid_ > 0 && !reaped_ && ::kill(pid_, sig) == 0; }
 
   // SIGTERM (drain and stop) and up to `timeout` for the launcher to exit; its wait status, or
   // nullopt when it is still running (the destructor then SIGKILLs it).
   std::optional<int> stop(std::chrono::milliseconds timeout) {
-    if (!reaped_) ::kill(pid_, SIGTERM);
+    signal(SIGTERM);
     return wait_exit(TestClock::now() + timeout);
   }
 
   // Reaps the launcher if it exits before the deadline; returns its wait status (also on later
   // calls once reaped), or nullopt while it is still running.
   std::optional<int> wait_exit(TestClock::time_point deadline) {
+    if (pid_ <= 0) return std::nullopt;  // never waitpid(-1): that would reap any child
     while (!reaped_) {
       int status = 0;
       const pid_t r = ::waitpid(pid_, &status, WNOHANG);
