@@ -112,6 +112,7 @@ TEST_P(ShardedLogits, MatchExLlamaV3AndSingleProcess) {
                 static_cast<unsigned long long>(whole));
     EXPECT_EQ(got, (*plans)[r].weight_bytes) << "rank " << r;
     EXPECT_LT(got, whole) << "rank " << r << " holds the whole model";
+    if (c.caps_gib[r] > 0.1) EXPECT_GT(got, 0u) << "rank " << r << " holds nothing";
   }
 
   // All four fixture sequences in one step, logits of every position.
@@ -177,7 +178,10 @@ INSTANTIATE_TEST_SUITE_P(Modes, ShardedLogits,
                                            ClusterCase{"tp3", PlanMode::kTensorParallel, {1.0, 1.0, 1.0}},
                                            ClusterCase{"tp2_uneven_1_3", PlanMode::kTensorParallel, {0.25, 0.75}},
                                            ClusterCase{"layers2", PlanMode::kLayers, {1.0, 1.0}},
-                                           ClusterCase{"layers3_uneven", PlanMode::kLayers, {0.5, 1.0, 1.5}}),
+                                           ClusterCase{"layers3_uneven", PlanMode::kLayers, {0.5, 1.0, 1.5}},
+                                           ClusterCase{"layers3_zero_last", PlanMode::kLayers, {1.0, 1.0, 0.0}},
+                                           ClusterCase{"layers3_zero_first", PlanMode::kLayers, {0.0, 1.0, 1.0}},
+                                           ClusterCase{"tp3_zero_middle", PlanMode::kTensorParallel, {1.0, 0.06, 1.0}}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

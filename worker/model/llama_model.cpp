@@ -225,6 +225,12 @@ absl::StatusOr<Tensor> LlamaModel::forward_batch(std::span<const BatchEntry> bat
     }
   }
   const int64_t n = static_cast<int64_t>(tokens.size());
+  // A layer-split rank holding nothing before the embedding rank or after the head rank has no
+  // part in the pipeline (one between them relays the hidden state).
+  if (layer_split && !shard_.has_embedding && !shard_.has_head && shard_.first_layer == shard_.end_layer &&
+      (shard_.first_layer == 0 || shard_.first_layer == c.num_layers)) {
+    return Tensor::zeros(DType::kF32, {0, c.vocab_size});
+  }
   Tensor x;
   if (shard_.has_embedding) {
     x = embedding_ref(embedding_, tokens);
