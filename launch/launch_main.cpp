@@ -6,8 +6,7 @@
 #include <filesystem>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/numbers.h"
-#include "absl/strings/str_split.h"
+#include "coordinator/planner/byte_units.h"
 #include "launch/launcher.h"
 
 namespace {
@@ -73,14 +72,12 @@ int main(int argc, char** argv) {
   c.step_timeout = std::chrono::milliseconds(static_cast<int64_t>(step_timeout_s * 1000));
   c.model_dir = std::filesystem::absolute(c.model_dir).string();
   if (!split.empty()) {
-    for (const auto& part : absl::StrSplit(split, ',')) {
-      double gib = 0;
-      if (!absl::SimpleAtod(part, &gib) || gib < 0) {
-        std::fprintf(stderr, "exl3-launch: --split value \"%s\" is not a GiB amount\n", std::string(part).c_str());
-        return 2;
-      }
-      o.split_gib.push_back(gib);
+    const auto gibs = exl3::parse_gib_list(split);
+    if (!gibs.ok()) {
+      std::fprintf(stderr, "exl3-launch: %s\n", std::string(gibs.status().message()).c_str());
+      return 2;
     }
+    o.split_gib = *gibs;
     if (static_cast<int>(o.split_gib.size()) != c.world_size) {
       std::fprintf(stderr, "exl3-launch: --split has %zu values for %d workers\n", o.split_gib.size(), c.world_size);
       return 2;

@@ -4,6 +4,9 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
 
 namespace exl3 {
 
@@ -12,6 +15,10 @@ inline constexpr uint64_t kGiB = uint64_t{1} << 30;
 
 // GiB (binary, as --split is documented) to bytes, rounded down; negative values give 0.
 uint64_t gib_to_bytes(double gib);
+
+// A comma-separated list of non-negative GiB amounts (the --split flag), e.g. "20,24.5".
+// INVALID_ARGUMENT naming the first entry that is not one.
+absl::StatusOr<std::vector<double>> parse_gib_list(const std::string& text);
 
 // Two decimals in GiB from 1 GiB up, else in MiB (so small fixture models stay readable):
 // "3.20 GiB", "12.50 MiB", "0.00 MiB".

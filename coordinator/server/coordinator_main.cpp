@@ -5,7 +5,6 @@
 #include <thread>
 
 #include "CLI/CLI.hpp"
-#include "absl/strings/str_split.h"
 #include "coordinator/planner/byte_units.h"
 #include "coordinator/server/coordinator.h"
 
@@ -36,14 +35,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   o.mode = *exl3::parse_plan_mode(mode);
   if (!split.empty()) {
-    for (const auto& part : absl::StrSplit(split, ',')) {
-      double gib = 0;
-      if (!absl::SimpleAtod(part, &gib) || gib < 0) {
-        std::fprintf(stderr, "exl3-coordinator: --split value \"%s\" is not a GiB amount\n", std::string(part).c_str());
-        return 2;
-      }
-      o.caps.push_back(exl3::gib_to_bytes(gib));
+    const auto gibs = exl3::parse_gib_list(split);
+    if (!gibs.ok()) {
+      std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(gibs.status().message()).c_str());
+      return 2;
     }
+    for (double gib : *gibs) o.caps.push_back(exl3::gib_to_bytes(gib));
   }
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);

@@ -18,29 +18,6 @@ ModelShard shard_from_proto(const control::v1::ShardPlan& plan) {
   return s;
 }
 
-control::v1::ShardPlan shard_to_proto(const ModelShard& s) {
-  control::v1::ShardPlan p;
-  p.set_mode(s.mode == ShardMode::kLayers ? "layers" : "tp");
-  p.set_rank(s.rank);
-  p.set_world_size(s.world_size);
-  p.set_first_layer(static_cast<int32_t>(s.first_layer));
-  p.set_end_layer(static_cast<int32_t>(s.end_layer));
-  for (int64_t l = s.first_layer; l < s.end_layer; ++l) {
-    auto* ls = p.add_layers();
-    const LayerSlice& sl = s.slice(l);
-    ls->set_layer(static_cast<int32_t>(l));
-    ls->set_kv_head_begin(static_cast<int32_t>(sl.kv_head_begin));
-    ls->set_kv_head_end(static_cast<int32_t>(sl.kv_head_end));
-    ls->set_mlp_begin(static_cast<int32_t>(sl.mlp_begin));
-    ls->set_mlp_end(static_cast<int32_t>(sl.mlp_end));
-  }
-  p.set_vocab_begin(static_cast<int32_t>(s.vocab_begin));
-  p.set_vocab_end(static_cast<int32_t>(s.vocab_end));
-  p.set_has_embedding(s.has_embedding);
-  p.set_has_head(s.has_head);
-  return p;
-}
-
 SamplingParams sampling_from_proto(const control::v1::Sampling& p) {
   SamplingParams s;
   s.temperature = p.temperature();

@@ -8,7 +8,6 @@
 namespace exl3 {
 
 ModelShard shard_from_proto(const control::v1::ShardPlan& plan);
-control::v1::ShardPlan shard_to_proto(const ModelShard& shard);
 StepInput step_from_proto(const control::v1::Step& step);
 control::v1::Sampling sampling_to_proto(const SamplingParams& p);
 SamplingParams sampling_from_proto(const control::v1::Sampling& p);
