@@ -47,6 +47,8 @@ absl::StatusOr<DType> dtype_from_name(std::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat("unsupported dtype \"", std::string(name), "\""));
 }
 
+const char* device_name(Device device) { return device == Device::kCpu ? "cpu" : "cuda"; }
+
 std::string shape_string(const Shape& shape) { return absl::StrCat("[", absl::StrJoin(shape, ", "), "]"); }
 
 int64_t shape_numel(const Shape& shape) {
@@ -77,6 +79,27 @@ Tensor Tensor::view(DType dtype, Shape shape, const void* data, std::shared_ptr<
   return t;
 }
 
+Tensor Tensor::wrap(Device device, DType dtype, Shape shape, void* data, std::shared_ptr<const void> owner) {
+  for (int64_t d : shape) EXL3_CHECK(d >= 0, "negative dimension in ", shape_string(shape));
+  Tensor t;
+  t.device_ = device;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  t.data_ = data;
+  t.owner_ = std::move(owner);
+  return t;
+}
+
+Tensor Tensor::rows(int64_t begin, int64_t count) const {
+  EXL3_CHECK(rank() >= 1 && begin >= 0 && count >= 0 && begin + count <= shape_[0], "rows [", begin, ", ",
+             begin + count, ") of ", shape_string(shape_));
+  Tensor t = *this;
+  const int64_t row_bytes = shape_[0] == 0 ? 0 : static_cast<int64_t>(nbytes()) / shape_[0];
+  t.data_ = static_cast<const uint8_t*>(data_) + begin * row_bytes;
+  t.shape_[0] = count;
+  return t;
+}
+
 Tensor Tensor::reshape(Shape shape) const {
   EXL3_CHECK_EQ(shape_numel(shape), numel(), "reshape ", shape_string(shape_), " -> ",
                 shape_string(shape));
@@ -86,12 +109,14 @@ Tensor Tensor::reshape(Shape shape) const {
 }
 
 Tensor Tensor::clone() const {
+  EXL3_CHECK(on_host(), "clone of a ", device_name(device_), " tensor");
   Tensor t = zeros(dtype_, shape_);
   if (nbytes() > 0) std::memcpy(t.mutable_raw(), data_, nbytes());
   return t;
 }
 
 Tensor Tensor::to_f32() const {
+  EXL3_CHECK(on_host(), "to_f32 of a ", device_name(device_), " tensor");
   Tensor out = zeros(DType::kF32, shape_);
   float* o = out.mutable_data<float>();
   const int64_t n = numel();

@@ -1,6 +1,6 @@
 // Communicator: the collectives a tensor-parallel or layer-split rank needs, each with a
-// deadline. Backends: Gloo (CPU workers) and NCCL (GPU workers), chosen explicitly by the
-// caller, never as a fallback. Errors (peer gone, deadline passed) come back as absl::Status;
+// deadline. Backends: Gloo (CPU workers, host F32) and NCCL (GPU workers, device F32/F16/BF16 on
+// the stream the communicator was made with), chosen explicitly by the caller, never as a fallback. Errors (peer gone, deadline passed) come back as absl::Status;
 // after an error the communicator is unusable and the group must be torn down.
 #pragma once
 
@@ -13,6 +13,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "kernels/tensor.h"
 
 namespace exl3 {
 
@@ -34,6 +36,39 @@ class Communicator {
   virtual absl::Status send(std::span<const float> data, int dst_rank) = 0;
   virtual absl::Status recv(std::span<float> data, int src_rank) = 0;
   virtual absl::Status barrier() = 0;
+
+  // Typed collectives on tensors, the form model code uses. Counts are in elements. The defaults
+  // take host F32 tensors through the span calls above (Gloo); a device backend overrides them
+  // for its own device and dtypes. A tensor the backend cannot take is INVALID_ARGUMENT.
+  virtual absl::Status all_reduce_sum(Tensor& t) {
+    EXL3_RETURN_IF_ERROR(check_host_f32(t, "all_reduce_sum"));
+    return all_reduce_sum(std::span<float>(t.mutable_data<float>(), t.numel()));
+  }
+  virtual absl::Status all_gather(const Tensor& send, Tensor& recv, std::span<const int64_t> counts) {
+    EXL3_RETURN_IF_ERROR(check_host_f32(send, "all_gather"));
+    EXL3_RETURN_IF_ERROR(check_host_f32(recv, "all_gather"));
+    return all_gather(std::span<const float>(send.data<float>(), send.numel()),
+                      std::span<float>(recv.mutable_data<float>(), recv.numel()), counts);
+  }
+  virtual absl::Status broadcast(Tensor& t, int root) {
+    EXL3_RETURN_IF_ERROR(check_host_f32(t, "broadcast"));
+    return broadcast(std::span<float>(t.mutable_data<float>(), t.numel()), root);
+  }
+  virtual absl::Status send(const Tensor& t, int dst_rank) {
+    EXL3_RETURN_IF_ERROR(check_host_f32(t, "send"));
+    return send(std::span<const float>(t.data<float>(), t.numel()), dst_rank);
+  }
+  virtual absl::Status recv(Tensor& t, int src_rank) {
+    EXL3_RETURN_IF_ERROR(check_host_f32(t, "recv"));
+    return recv(std::span<float>(t.mutable_data<float>(), t.numel()), src_rank);
+  }
+
+ protected:
+  static absl::Status check_host_f32(const Tensor& t, const char* op) {
+    if (t.on_host() && t.dtype() == DType::kF32) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(op, ": this communicator takes host F32 tensors, not ",
+                                                   device_name(t.device()), " ", dtype_name(t.dtype())));
+  }
 };
 
 // Key/value store the ranks rendezvous through (served by the coordinator).

@@ -187,6 +187,11 @@ void sum_floats(void* out, const void* a, const void* b, size_t n) {
 
 class GlooCommunicator final : public Communicator {
  public:
+  using Communicator::all_gather;
+  using Communicator::all_reduce_sum;
+  using Communicator::broadcast;
+  using Communicator::recv;
+  using Communicator::send;
   GlooCommunicator(GlooOptions options, std::shared_ptr<gloo::rendezvous::Context> context)
       : options_(std::move(options)), context_(std::move(context)) {}
 
@@ -311,6 +316,11 @@ class GlooCommunicator final : public Communicator {
 
 class SingleRankCommunicator final : public Communicator {
  public:
+  using Communicator::all_gather;
+  using Communicator::all_reduce_sum;
+  using Communicator::broadcast;
+  using Communicator::recv;
+  using Communicator::send;
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
 

@@ -1,0 +1,131 @@
+// Backend: the seam between the model (written once, worker/model/) and the device a rank computes
+// on. A backend owns the rank's device memory (every allocation is counted against a hard cap),
+// turns host weights into its own resident form, and runs the ops of one forward pass on buffers
+// the caller allocated from it. The CPU backend (kernels/cpu/) and the CUDA backend
+// (kernels/cuda/) are peers; kernels/ref/ is the specification both are tested against.
+// docs/backend.md describes the design.
+//
+// Conventions of every op below:
+//   - all tensors are row-major, contiguous, on this backend's device (device() == t.device());
+//   - "A" is activation_dtype(): F32 on the CPU backend, F16 on the CUDA backend;
+//   - outputs are preallocated by the caller (normally views of a workspace arena); nothing is
+//     allocated inside an op, and ops never synchronise with the host (CUDA: all work is queued
+//     on the backend's one stream, in call order);
+//   - a broken contract (shape, dtype, device) is a bug in the caller: EXL3_CHECK aborts.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "kernels/ops.h"
+#include "kernels/tensor.h"
+
+namespace exl3 {
+
+// A linear as loaded from disk, in host memory: exactly one of `exl3` (a held slice: trellis,
+// suh, svh with k, n multiples of 128) or `dense` (HF layout [out, in], F16/BF16/F32) is set.
+struct HostLinear {
+  int64_t in_features = 0;   // logical (unpadded) sizes of the held slice
+  int64_t out_features = 0;
+  bool is_exl3 = false;
+  Exl3Weight exl3;           // host tensors; exl3.k >= in_features, exl3.n >= out_features
+  Tensor dense;              // host [out_features, in_features]
+  Tensor bias;               // host F32 [out_features], or undefined
+};
+
+// A linear resident on a backend. The layout of `dense` is the backend's own business (CPU: F32
+// [in, out]; CUDA: F16 [out, in]); the model only passes LinearWeights back to linear().
+struct LinearWeights {
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  bool is_exl3 = false;
+  Exl3Weight exl3;           // device tensors when the backend keeps the trellis
+  Tensor dense;
+  Tensor bias;               // F32 [out_features] on the device, or undefined
+  uint64_t bytes = 0;        // device bytes this linear holds
+};
+
+// What one forward step runs, on the backend's device; every tensor is I32.
+//   tokens [n], positions [n]: token ids and their positions in their sequences;
+//   token_seq [n]: index (0..num_seqs-1) of each token's sequence in the batch;
+//   page_table [num_seqs, max_pages]: physical KV page of each logical page of each sequence
+//     (rows padded with 0 past a sequence's pages);
+//   logit_rows [r]: rows of the hidden state that go through the head.
+// A token at position p of sequence s attends to positions 0..p of s, whose keys and values live
+// at page_table[s][q / page_size], slot q % page_size.
+struct StepMeta {
+  Tensor tokens, positions, token_seq, page_table, logit_rows;
+  int64_t num_tokens = 0;
+  int64_t num_seqs = 0;
+  int64_t max_pages = 0;
+  int64_t num_logit_rows = 0;
+  int32_t max_position = 0;  // largest position in the batch (host-side knowledge)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual Device device() const = 0;
+  virtual std::string description() const = 0;  // e.g. "cpu (OpenBLAS)", "cuda:0 NVIDIA H200"
+  virtual DType activation_dtype() const = 0;
+  virtual DType kv_dtype() const = 0;            // dtype of the KV cache pages
+
+  // ---- Memory ---------------------------------------------------------------------------------
+  // A zero-filled tensor on the device. RESOURCE_EXHAUSTED when it would take the backend past its
+  // cap, naming `what`, the size and by how much the cap is short.
+  virtual absl::StatusOr<Tensor> allocate(DType dtype, const Shape& shape, std::string_view what) = 0;
+  virtual uint64_t allocated_bytes() const = 0;  // live allocations through allocate()
+  virtual uint64_t cap_bytes() const = 0;        // 0 = no cap
+  // Host -> device, same dtype and element count. The host tensor may be freed after the call.
+  virtual void upload(const Tensor& host, Tensor& dst) = 0;
+  // Device -> host, same dtype and element count; waits for all queued work first.
+  virtual void download(const Tensor& src, Tensor& host) = 0;
+  // Waits for all queued work; a device fault is returned as INTERNAL.
+  virtual absl::Status synchronize() = 0;
+
+  // ---- Weights (at load) ---------------------------------------------------------------------
+  // The backend's resident form of a linear (CPU: dequantized F32; CUDA: the trellis kept).
+  virtual absl::StatusOr<LinearWeights> prepare_linear(const HostLinear& host, std::string_view name) = 0;
+  // A host tensor converted to `dtype` (F32/F16/BF16 from F32/F16/BF16) and placed on the device.
+  virtual absl::StatusOr<Tensor> prepare_tensor(const Tensor& host, DType dtype, std::string_view name) = 0;
+  // Scratch the backend's ops may need, sized once for the largest step: up to `max_rows` rows
+  // through linears of at most `max_features` padded inputs or outputs.
+  virtual absl::Status reserve_scratch(int64_t max_rows, int64_t max_features) = 0;
+
+  // ---- Ops of one forward pass -----------------------------------------------------------------
+  // out[t, :] = table[ids[t], :]. table F32/F16/BF16 [vocab, d], ids I32 [n] in range (validated
+  // by the caller), out F32 [n, d].
+  virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;
+  // out = x · rsqrt(mean(x²) + eps) · weight over rows of d = weight.numel(); x and out F32 or A
+  // with numel a multiple of d; weight F32 [d]; out may alias x. Sums in fp32.
+  virtual void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) = 0;
+  // x += y elementwise; x F32, y F32 or A, same numel.
+  virtual void add(Tensor& x, const Tensor& y) = 0;
+  // y = x · W (+ bias). x A [m, in_features]; y A or F32 [m, out_features]. EXL3 per
+  // exl3-format.md §3; padded inputs beyond in_features count as zero, padded outputs are dropped.
+  virtual void linear(const LinearWeights& w, const Tensor& x, Tensor& y) = 0;
+  // out = silu(gate) ⊙ up; all A, same shape.
+  virtual void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) = 0;
+  // NEOX rotary embedding in place (contract of rope_ref): x A [n, heads, head_dim], positions I32
+  // [n], inv_freq F32 [rotary_dim / 2] on the device.
+  virtual void rope(Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_scaling) = 0;
+  // Writes k, v (A [n, kv_heads, head_dim]) of every token into its sequence's pages of `cache`
+  // (k_pages/v_pages kv_dtype() [num_pages, page_size, kv_heads, head_dim]).
+  virtual void kv_write(PagedKv& cache, const Tensor& k, const Tensor& v, const StepMeta& meta) = 0;
+  // Causal grouped-query attention of every token over its own sequence (contract of
+  // attention_ref, batched through meta): q A [n, heads, head_dim] -> out A [n, heads, head_dim];
+  // heads % kv_heads == 0, scale 1/sqrt(head_dim). kv_write of the same tokens comes first.
+  virtual void attention(const Tensor& q, const PagedKv& cache, const StepMeta& meta, Tensor& out) = 0;
+  // out[i, :] = x[rows[i], :]; x and out the same dtype, rows I32 [r].
+  virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+};
+
+// The CPU backend: fp32 activations and KV cache, EXL3 weights dequantized at load, BLAS for
+// matmul and attention. cap_bytes 0 = no cap.
+std::unique_ptr<Backend> make_cpu_backend(uint64_t cap_bytes = 0);
+
+}  // namespace exl3

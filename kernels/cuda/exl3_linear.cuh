@@ -1,0 +1,57 @@
+// CUDA EXL3 linear (exl3-format.md §3, §4.4, §7): y = had128(had128(x ⊙ suh) · Wq) ⊙ svh (+ bias)
+// with the trellis decoded on the fly, never expanded to a dense weight. Twin of
+// exl3_linear_ref (kernels/ref/exl3_linear_ref.cpp).
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace exl3 {
+
+// C = A · Wq: A F16 [m, k] (already sign-scaled and Hadamard-rotated), Wq the decoded trellis
+// (k x n, decoded on the fly in tensor-core order), C F32 [m, n]; fp32 accumulation.
+struct Exl3GemmParams {
+  const __half* a = nullptr;         // device [m, k]
+  const int16_t* trellis = nullptr;  // device I16 [k/16, n/16, 16*bits]
+  float* c = nullptr;                // device [m, n]
+  int64_t m = 0, k = 0, n = 0;
+  int bits = 0;                      // 1..8
+  Codebook codebook = Codebook::k3Inst;
+};
+
+// Contract (EXL3_CHECK at entry): m >= 0 (m == 0 launches nothing), k, n > 0 and multiples of
+// 128; bits in 1..8; pointers non-null device pointers, a and trellis 16-byte aligned. Small m
+// (1..16) takes a GEMV path that streams the trellis once; larger m a tensor-core (mma) path.
+// Every (bits, codebook) pair is instantiated from one list. Asynchronous on `stream`.
+void launch_exl3_gemm(const Exl3GemmParams& p, cudaStream_t stream);
+
+// The whole linear. x F16 [m, in_features]; columns in_features..k-1 count as zero. y [m,
+// out_features] F16 (y_f32 false) or F32 (y_f32 true): the first out_features of the n padded
+// outputs. Scratch: scratch_a F16 [m, k], scratch_c F32 [m, n], both caller-owned device memory.
+struct Exl3LinearParams {
+  const __half* x = nullptr;
+  int64_t m = 0, in_features = 0, out_features = 0;
+  const int16_t* trellis = nullptr;
+  const __half* suh = nullptr;       // [k]
+  const __half* svh = nullptr;       // [n]
+  const float* bias = nullptr;       // [out_features] or null
+  int64_t k = 0, n = 0;              // padded, multiples of 128; in_features <= k, out_features <= n
+  int bits = 0;
+  Codebook codebook = Codebook::k3Inst;
+  void* y = nullptr;
+  bool y_f32 = false;
+  __half* scratch_a = nullptr;
+  float* scratch_c = nullptr;
+};
+
+// Contract: as launch_exl3_gemm plus in_features in 1..k, out_features in 1..n. Numerics follow
+// ExLlamaV3: x ⊙ suh rounded to fp16, butterflies in fp32, ×1/sqrt(128), rounded to fp16 (the
+// GEMM input); GEMM accumulates in fp32; output Hadamard in fp32, × svh, + bias, rounded once to
+// the output dtype. Asynchronous on `stream`.
+void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream);
+
+}  // namespace exl3

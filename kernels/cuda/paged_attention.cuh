@@ -1,0 +1,58 @@
+// CUDA paged KV cache write and causal grouped-query attention over a batch of sequences: the
+// device twins of kv_write_ref and attention_ref (kernels/ref/), batched through per-token
+// metadata (kernels/backend.h StepMeta). K/V pages are F16 [num_pages, page_size, kv_heads,
+// head_dim]; activations F16; softmax and accumulation in fp32.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace exl3 {
+
+// Per-token batch metadata on the device (I32): positions [tokens], token_seq [tokens] (the
+// token's sequence, 0..num_seqs-1), page_table [num_seqs, max_pages].
+struct PagedBatch {
+  const int32_t* positions = nullptr;
+  const int32_t* token_seq = nullptr;
+  const int32_t* page_table = nullptr;
+  int64_t tokens = 0, num_seqs = 0, max_pages = 0, page_size = 0;
+  int32_t max_position = 0;  // largest position in the batch (bounds the key loop)
+};
+
+// kv_write_ref for every token: k, v F16 [tokens, kv_heads, head_dim] written at position
+// positions[t] of sequence token_seq[t]: page page_table[seq][pos / page_size], slot pos % page_size.
+struct KvWriteParams {
+  const __half* k = nullptr;
+  const __half* v = nullptr;
+  __half* k_pages = nullptr;
+  __half* v_pages = nullptr;
+  int64_t kv_heads = 0, head_dim = 0, num_pages = 0;
+  PagedBatch batch;
+};
+void launch_kv_write(const KvWriteParams& p, cudaStream_t stream);
+
+// attention_ref for every token: q F16 [tokens, heads, head_dim] at positions[t] attends to
+// positions 0..positions[t] of its sequence; query head h reads KV head h / (heads / kv_heads);
+// out F16 [tokens, heads, head_dim]; scale = 1/sqrt(head_dim). Contract: heads % kv_heads == 0,
+// head_dim in {64, 128} (others refused by name), positions within the page table.
+// Decode (one token per sequence) splits long contexts over pages (split-K) and merges the
+// partial softmax; prefill runs a causal flash-attention loop over key blocks.
+struct AttentionParams {
+  const __half* q = nullptr;
+  const __half* k_pages = nullptr;
+  const __half* v_pages = nullptr;
+  __half* out = nullptr;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0, num_pages = 0;
+  float scale = 0.0f;
+  PagedBatch batch;
+  float* scratch = nullptr;          // split-K partials, see attention_scratch_floats
+  int64_t scratch_floats = 0;
+};
+// Floats of scratch launch_attention needs for up to `tokens` tokens of `heads` heads (a bound
+// independent of the context length: the number of splits per token is capped).
+int64_t attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim);
+void launch_attention(const AttentionParams& p, cudaStream_t stream);
+
+}  // namespace exl3
