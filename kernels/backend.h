@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
@@ -77,7 +76,7 @@ class Backend {
   // ---- Memory ---------------------------------------------------------------------------------
   // A zero-filled tensor on the device. RESOURCE_EXHAUSTED when it would take the backend past its
   // cap, naming `what`, the size and by how much the cap is short.
-  virtual absl::StatusOr<Tensor> allocate(DType dtype, const Shape& shape, std::string_view what) = 0;
+  virtual absl::StatusOr<Tensor> allocate(DType dtype, const Shape& shape, const std::string& what) = 0;
   virtual uint64_t allocated_bytes() const = 0;  // live allocations through allocate()
   virtual uint64_t cap_bytes() const = 0;        // 0 = no cap
   // Host -> device, same dtype and element count. The host tensor may be freed after the call.
@@ -89,14 +88,16 @@ class Backend {
 
   // ---- Weights (at load) ---------------------------------------------------------------------
   // The backend's resident form of a linear (CPU: dequantized F32; CUDA: the trellis kept).
-  virtual absl::StatusOr<LinearWeights> prepare_linear(const HostLinear& host, std::string_view name) = 0;
+  virtual absl::StatusOr<LinearWeights> prepare_linear(const HostLinear& host, const std::string& name) = 0;
   // A host tensor converted to `dtype` (F32/F16/BF16 from F32/F16/BF16) and placed on the device.
-  virtual absl::StatusOr<Tensor> prepare_tensor(const Tensor& host, DType dtype, std::string_view name) = 0;
+  virtual absl::StatusOr<Tensor> prepare_tensor(const Tensor& host, DType dtype, const std::string& name) = 0;
   // Scratch the backend's ops may need, sized once for the largest step: up to `max_rows` rows
   // through linears of at most `max_features` padded inputs or outputs.
   virtual absl::Status reserve_scratch(int64_t max_rows, int64_t max_features) = 0;
 
   // ---- Ops of one forward pass -----------------------------------------------------------------
+  // t = 0 (all bytes), any dtype.
+  virtual void zero(Tensor& t) = 0;
   // out[t, :] = table[ids[t], :]. table F32/F16/BF16 [vocab, d], ids I32 [n] in range (validated
   // by the caller), out F32 [n, d].
   virtual void embedding(const Tensor& table, const Tensor& ids, Tensor& out) = 0;

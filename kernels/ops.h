@@ -1,6 +1,7 @@
-// Every op's signature and contract. Model code is written against these; the CPU backend
-// implements them in ref/ (readable loops, the spec) plus BLAS where noted. All activations are
-// fp32 on the CPU. Shapes are row-major; "rows" are tokens.
+// The CPU references (kernels/ref/, readable loops): the specification every backend op is tested
+// against. Production code never calls these: the model calls a Backend (kernels/backend.h), whose
+// CPU and CUDA implementations live in kernels/cpu/ and kernels/cuda/ with the same name stems.
+// References compute in fp32 on host tensors. Shapes are row-major; "rows" are tokens.
 #pragma once
 
 #include <cstdint>
@@ -87,8 +88,5 @@ void kv_write_ref(PagedKv& cache, std::span<const int32_t> page_table, std::span
 // uses kv head h / (heads / kv_heads). Scale 1/sqrt(head_dim). Returns [tokens, heads, head_dim].
 Tensor attention_ref(const Tensor& q, const PagedKv& cache, std::span<const int32_t> page_table,
                      std::span<const int32_t> positions);
-// CPU backend of the same contract (BLAS); tested against attention_ref.
-Tensor attention(const Tensor& q, const PagedKv& cache, std::span<const int32_t> page_table,
-                 std::span<const int32_t> positions);
 
 }  // namespace exl3

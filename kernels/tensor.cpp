@@ -100,6 +100,17 @@ Tensor Tensor::rows(int64_t begin, int64_t count) const {
   return t;
 }
 
+Tensor Tensor::view_bytes(int64_t byte_offset, DType dtype, Shape shape) const {
+  const int64_t bytes = shape_numel(shape) * static_cast<int64_t>(dtype_size(dtype));
+  EXL3_CHECK(byte_offset >= 0 && byte_offset + bytes <= static_cast<int64_t>(nbytes()), "view of ", bytes,
+             " bytes at ", byte_offset, " in a ", nbytes(), "-byte tensor");
+  Tensor t = *this;
+  t.data_ = static_cast<const uint8_t*>(data_) + byte_offset;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  return t;
+}
+
 Tensor Tensor::reshape(Shape shape) const {
   EXL3_CHECK_EQ(shape_numel(shape), numel(), "reshape ", shape_string(shape_), " -> ",
                 shape_string(shape));

@@ -89,6 +89,8 @@ class Tensor {
   Tensor reshape(Shape shape) const;
   // Same storage: rows [begin, begin + count) along dimension 0 (contiguous, any device).
   Tensor rows(int64_t begin, int64_t count) const;
+  // Same storage, reinterpreted: `dtype` `shape` starting `byte_offset` bytes in (must fit).
+  Tensor view_bytes(int64_t byte_offset, DType dtype, Shape shape) const;
   // Copy with every element converted to float32 (F32, F16, BF16 and the integer types). Host only.
   Tensor to_f32() const;
   // A deep copy into new, writable host storage. Host only.

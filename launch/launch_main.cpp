@@ -3,10 +3,14 @@
 
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "coordinator/planner/byte_units.h"
+#include "launch/gpu_probe.h"
 #include "launch/launcher.h"
 
 namespace {
@@ -25,15 +29,24 @@ int main(int argc, char** argv) {
   std::string gpus, split, mode = "tp";
   int cpu_workers = 0;
   double ready_timeout_s = 120, step_timeout_s = 60;
-  CLI::App app{"exl3-launch: serve a Llama-family EXL3 or HF model over one worker per device, with a gRPC API"};
+  CLI::App app{"exl3-launch: serve a Llama-family EXL3 or HF model over one worker per device, with a gRPC API.\n"
+               "Devices: --gpus 0,1 runs one worker per GPU on our CUDA kernels, all-reducing through NCCL; "
+               "--cpu-workers N runs N workers on the CPU, all-reducing through Gloo; with neither, every visible "
+               "GPU is used. The two never mix and nothing falls back from one to the other."};
   app.add_option("--model", c.model_dir, "Model directory (config.json, *.safetensors, tokenizer.json)")->required()
       ->check(CLI::ExistingDirectory);
-  app.add_option("--gpus", gpus, "GPU indices to use, e.g. 0,1 (one worker each)");
-  app.add_option("--cpu-workers", cpu_workers, "Run N workers on the CPU (reference kernels, Gloo collectives)")
+  app.add_option("--gpus", gpus,
+                 "GPU indices to use, e.g. 0,1: one CUDA worker per GPU (rank r on the r-th listed GPU, started with "
+                 "CUDA_VISIBLE_DEVICES set to it alone), NCCL collectives. Indices count the GPUs this process sees "
+                 "(within its own CUDA_VISIBLE_DEVICES). Default: every visible GPU");
+  app.add_option("--cpu-workers", cpu_workers,
+                 "Run N workers on the CPU instead (reference kernels + BLAS, Gloo collectives); not with --gpus")
       ->check(CLI::PositiveNumber);
   app.add_option("--split", split,
-                 "Per-worker memory caps in GiB, comma separated, e.g. 20,24 (hard caps; default: available RAM "
-                 "shared equally)");
+                 "Per-worker memory caps in GiB, comma separated, e.g. 20,24: hard caps the planner fits each worker's "
+                 "shard into. With GPUs: per GPU, for the whole worker process (weights, KV cache, workspace, CUDA "
+                 "context, NCCL buffers); default each GPU's free memory. On the CPU: default available RAM shared "
+                 "equally. --plan-only --gpus needs it (the plan is made without touching the GPUs)");
   app.add_option("--mode", mode, "Sharding: tp (tensor parallel: heads and MLP columns split, all-reduce) or layers "
                                  "(contiguous layer ranges)")
       ->check(CLI::IsMember({"tp", "layers"}))->capture_default_str();
@@ -57,16 +70,61 @@ int main(int argc, char** argv) {
   app.add_option("--worker-bin", o.worker_bin, "Path of exl3-worker (default: beside exl3-launch)");
   CLI11_PARSE(app, argc, argv);
 
-  if (!gpus.empty()) {
-    std::fprintf(stderr, "exl3-launch: --gpus: this build runs workers on the CPU only (the CUDA backend is not wired "
-                         "into the workers yet); use --cpu-workers N\n");
+  if (!gpus.empty() && cpu_workers > 0) {
+    std::fprintf(stderr, "exl3-launch: --gpus and --cpu-workers exclude each other: --gpus runs CUDA workers (NCCL), "
+                         "--cpu-workers runs CPU workers (Gloo); pass one\n");
     return 2;
   }
-  if (cpu_workers == 0) {
-    std::fprintf(stderr, "exl3-launch: no GPU is usable by this build; pass --cpu-workers N to run on the CPU\n");
-    return 2;
+  if (cpu_workers > 0) {
+    c.world_size = cpu_workers;
+    c.backend = exl3::BackendKind::kCpu;
+  } else {
+    const bool gpus_given = !gpus.empty();
+    if (gpus_given) {
+      const auto ids = exl3::parse_gpu_list(gpus);
+      if (!ids.ok()) {
+        std::fprintf(stderr, "exl3-launch: %s\n", std::string(ids.status().message()).c_str());
+        return 2;
+      }
+      o.gpus = *ids;
+    }
+    // --plan-only with an explicit --gpus and --split plans without touching a GPU; anything that
+    // starts workers (or picks the GPUs itself) needs them to be there.
+    const bool needs_gpus = !(o.plan_only && gpus_given);
+    if (needs_gpus) {
+      const exl3::GpuProbe probe = exl3::probe_gpus();
+      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      if (!probe.built_with_cuda) {
+        std::fprintf(stderr, "exl3-launch: %s: this build has no CUDA backend (built without CUDA): pass --cpu-workers N "
+                             "to run on the CPU, or rebuild with -DEXL3_CUDA=ON\n",
+                     gpus_given ? "--gpus" : "no --gpus or --cpu-workers given and no GPU visible");
+        return 2;
+      }
+      if (probe.count == 0) {
+        std::fprintf(stderr, "exl3-launch: no GPU visible (CUDA_VISIBLE_DEVICES=%s%s%s): pass --cpu-workers N to run on "
+                             "the CPU\n",
+                     visible == nullptr ? "<unset>" : visible, probe.error.empty() ? "" : "; ", probe.error.c_str());
+        return 2;
+      }
+      if (!gpus_given) {
+        for (int i = 0; i < probe.count; ++i) o.gpus.push_back(i);
+      }
+      for (int id : o.gpus) {
+        if (id >= probe.count) {
+          std::fprintf(stderr, "exl3-launch: --gpus: GPU %d is not visible (%d GPU(s) visible, CUDA_VISIBLE_DEVICES=%s); "
+                               "pass --cpu-workers N to run on the CPU\n",
+                       id, probe.count, visible == nullptr ? "<unset>" : visible);
+          return 2;
+        }
+      }
+    } else if (split.empty()) {
+      std::fprintf(stderr, "exl3-launch: --plan-only --gpus needs --split GIB,... (one cap per GPU): the plan is made "
+                           "without touching the GPUs\n");
+      return 2;
+    }
+    c.world_size = static_cast<int>(o.gpus.size());
+    c.backend = exl3::BackendKind::kCuda;
   }
-  c.world_size = cpu_workers;
   c.mode = *exl3::parse_plan_mode(mode);
   c.worker_timeout = std::chrono::milliseconds(static_cast<int64_t>(ready_timeout_s * 1000));
   c.step_timeout = std::chrono::milliseconds(static_cast<int64_t>(step_timeout_s * 1000));
@@ -88,8 +146,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "exl3-launch: worker binary %s is not executable (--worker-bin)\n", o.worker_bin.c_str());
     return 2;
   }
-  std::fprintf(stderr, "exl3-launch: model %s, %d CPU worker(s), mode %s, max-seq-len %lld, max-batch %lld\n",
-               c.model_dir.c_str(), c.world_size, mode.c_str(), static_cast<long long>(c.max_seq_len),
+  std::string devices = absl::StrCat(c.world_size, " CPU worker(s) (Gloo)");
+  if (c.backend == exl3::BackendKind::kCuda) {
+    devices = absl::StrCat(c.world_size, " GPU worker(s) on GPU(s) ", absl::StrJoin(o.gpus, ","), " (NCCL)");
+  }
+  std::fprintf(stderr, "exl3-launch: model %s, %s, mode %s, max-seq-len %lld, max-batch %lld\n", c.model_dir.c_str(),
+               devices.c_str(), mode.c_str(), static_cast<long long>(c.max_seq_len),
                static_cast<long long>(c.max_batch));
   return exl3::run_launcher(o);
 }

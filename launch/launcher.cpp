@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "coordinator/planner/byte_units.h"
+#include "launch/gpu_probe.h"
 #include "launch/process/process_group.h"
 #include "launch/process/signal_watcher.h"
 #include "worker/service/process_memory.h"
@@ -20,6 +21,8 @@ std::vector<uint64_t> caps_for(const LaunchOptions& o) {
   std::vector<uint64_t> caps;
   if (!o.split_gib.empty()) {
     for (double g : o.split_gib) caps.push_back(gib_to_bytes(g));
+  } else if (!o.gpus.empty()) {
+    return caps;  // the coordinator takes each GPU's free memory from its worker's registration
   } else {
     const uint64_t ram = static_cast<uint64_t>(available_ram_bytes());
     for (int r = 0; r < o.coordinator.world_size; ++r) caps.push_back(ram / o.coordinator.world_size);
@@ -42,10 +45,17 @@ Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals) {
   for (int r = 0; r < copts.world_size; ++r) {
     ProcessSpec spec;
     spec.argv = {o.worker_bin, "--coordinator", absl::StrCat(copts.control_host, ":", coordinator.control_port()),
-                 "--rank", std::to_string(r), "--world", std::to_string(copts.world_size), "--memory-gib",
-                 absl::StrCat(copts.caps[r] / 1073741824.0)};
+                 "--rank", std::to_string(r), "--world", std::to_string(copts.world_size)};
     // Workers share the cores: one BLAS thread pool each, sized so they do not oversubscribe.
     spec.env = {{"OPENBLAS_NUM_THREADS", std::to_string(threads)}, {"OMP_NUM_THREADS", std::to_string(threads)}};
+    if (o.gpus.empty()) {
+      spec.argv.insert(spec.argv.end(), {"--backend", "cpu", "--memory-gib", absl::StrCat(copts.caps[r] / 1073741824.0)});
+    } else {
+      // One GPU per worker: it sees only its own, as device 0.
+      spec.argv.insert(spec.argv.end(), {"--backend", "cuda", "--device", "0"});
+      spec.env.emplace_back("CUDA_VISIBLE_DEVICES", child_visible_devices(o.gpus[r]));
+      spec.label = absl::StrCat("worker ", r, " gpu ", o.gpus[r]);
+    }
     specs.push_back(std::move(spec));
   }
   auto group = ProcessGroup::spawn(std::move(specs));

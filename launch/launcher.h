@@ -13,8 +13,14 @@
 namespace exl3 {
 
 struct LaunchOptions {
-  CoordinatorOptions coordinator;  // world_size = number of workers
-  std::vector<double> split_gib;   // per-worker caps; empty = available RAM shared equally
+  CoordinatorOptions coordinator;  // world_size = number of workers; backend kCuda with gpus
+  // GPU workers: one per entry, rank r on GPU gpus[r] (as this process numbers GPUs), each spawned
+  // with CUDA_VISIBLE_DEVICES set to that GPU alone, --backend cuda, NCCL collectives. Empty: CPU
+  // workers (Gloo).
+  std::vector<int> gpus;
+  // Per-worker caps; empty = available RAM shared equally (CPU workers) or each GPU's free memory
+  // as its worker reports it (GPU workers).
+  std::vector<double> split_gib;
   std::string worker_bin;          // path of exl3-worker
   bool plan_only = false;
   bool restart = false;

@@ -5,15 +5,40 @@
 
 namespace exl3 {
 
-Engine::Engine(std::unique_ptr<LlamaModel> model, const EngineOptions& options, Communicator* comm)
-    : model_(std::move(model)),
-      cache_(model_->cache_shape(options.num_pages, options.page_size)),
-      comm_(comm) {}
+absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<LlamaModel> model,
+                                                       const EngineOptions& options, Communicator* comm) {
+  std::unique_ptr<Engine> e(new Engine());
+  e->model_ = std::move(model);
+  e->comm_ = comm;
+  e->options_ = options;
+  Backend& be = e->model_->backend();
+  EXL3_ASSIGN_OR_RETURN(e->cache_, KvCache::create(e->model_->cache_shape(options.num_pages, options.page_size), be));
+  StepLimits limits;
+  limits.max_step_tokens = options.max_step_tokens;
+  limits.max_seqs = options.max_seqs;
+  limits.max_pages_per_seq = options.num_pages;
+  limits.max_logit_rows = options.max_logit_rows;
+  EXL3_RETURN_IF_ERROR(e->model_->reserve(limits));
+  EXL3_ASSIGN_OR_RETURN(e->shared_tokens_, be.allocate(DType::kF32, {options.max_seqs}, "sampled token exchange"));
+  return e;
+}
 
 absl::Status Engine::validate(const StepInput& input) const {
-  const int64_t vocab = model_->config().vocab_size, pages = cache_.shape().num_pages;
-  const int64_t page_size = cache_.shape().page_size;
+  const int64_t vocab = model_->config().vocab_size, pages = cache_->shape().num_pages;
+  const int64_t page_size = cache_->shape().page_size;
   if (input.decode_steps < 1) return absl::InvalidArgumentError("decode_steps must be >= 1");
+  int64_t tokens = 0, rows = 0;
+  for (const StepSequence& s : input.sequences) {
+    tokens += static_cast<int64_t>(s.tokens.size());
+    rows += s.return_logits ? static_cast<int64_t>(s.tokens.size()) : s.sample ? 1 : 0;
+  }
+  if (tokens > options_.max_step_tokens || static_cast<int64_t>(input.sequences.size()) > options_.max_seqs ||
+      rows > options_.max_logit_rows) {
+    return absl::InvalidArgumentError(absl::StrCat("step of ", tokens, " tokens, ", input.sequences.size(),
+                                                   " sequences, ", rows, " logits rows exceeds the worker's limits (",
+                                                   options_.max_step_tokens, ", ", options_.max_seqs, ", ",
+                                                   options_.max_logit_rows, ")"));
+  }
   for (const StepSequence& s : input.sequences) {
     if (s.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, " has no tokens"));
     for (int32_t t : s.tokens) {
@@ -56,7 +81,13 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
   }
   // In a layer split only the head rank has logits: share its tokens (ids < 2^24 are exact in fp32).
   if (model_->shard().mode == ShardMode::kLayers && comm_ != nullptr && comm_->world_size() > 1) {
-    EXL3_RETURN_IF_ERROR(comm_->all_reduce_sum(sampled));
+    Backend& be = model_->backend();
+    Tensor shared = shared_tokens_.rows(0, static_cast<int64_t>(sampled.size()));
+    Tensor host = Tensor::from_vector(sampled, {static_cast<int64_t>(sampled.size())});
+    be.upload(host, shared);
+    EXL3_RETURN_IF_ERROR(comm_->all_reduce_sum(shared));
+    be.download(shared, host);
+    std::copy_n(host.data<float>(), sampled.size(), sampled.begin());
   }
   std::vector<int32_t> out(sampled.size());
   for (size_t i = 0; i < sampled.size(); ++i) out[i] = static_cast<int32_t>(sampled[i]);
@@ -79,7 +110,7 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
   StepOutput out;
   for (const StepSequence* s : samplers) out.tokens.push_back({s->seq_id, {}});
 
-  EXL3_ASSIGN_OR_RETURN(Tensor logits, model_->forward_batch(batch, cache_, comm_));
+  EXL3_ASSIGN_OR_RETURN(Tensor logits, model_->forward_batch(batch, *cache_, comm_));
   if (logits.dim(0) > 0) {
     // Split off requested full logits; keep one row per sampling sequence for the sampler.
     const int64_t vocab = logits.dim(1);
@@ -117,7 +148,7 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
       batch.push_back(BatchEntry{std::span<const int32_t>(&h.tokens.back(), 1),
                                  static_cast<int32_t>(h.tokens.size() - 1), samplers[i]->page_table, LogitsMode::kLast});
     }
-    EXL3_ASSIGN_OR_RETURN(logits, model_->forward_batch(batch, cache_, comm_));
+    EXL3_ASSIGN_OR_RETURN(logits, model_->forward_batch(batch, *cache_, comm_));
   }
   return out;
 }

@@ -42,15 +42,20 @@ struct StepOutput {
 struct EngineOptions {
   int64_t num_pages = 0;
   int64_t page_size = 256;
+  int64_t max_step_tokens = 2048;  // most tokens in one forward
+  int64_t max_seqs = 256;          // most sequences in one step
+  int64_t max_logit_rows = 256;    // most logits rows in one forward (sampled + returned)
 };
 
 class Engine {
  public:
-  // `comm` must outlive the engine; null for a single rank.
-  Engine(std::unique_ptr<LlamaModel> model, const EngineOptions& options, Communicator* comm);
+  // Allocates the KV cache and reserves the model's workspace for the options' limits on the
+  // model's backend. `comm` must outlive the engine; null for a single rank.
+  static absl::StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<LlamaModel> model,
+                                                        const EngineOptions& options, Communicator* comm);
 
   const LlamaModel& model() const { return *model_; }
-  uint64_t cache_bytes() const { return KvCache::bytes_for(cache_.shape()); }
+  uint64_t cache_bytes() const { return cache_->bytes(); }
 
   // Validates a step against the engine's state (ids in range, positions consistent with the
   // sequence's history, pages in range) and runs it. A collective failure is returned as is.
@@ -63,13 +68,16 @@ class Engine {
     std::vector<int32_t> tokens;
     int32_t prompt_len = 0;
   };
+  Engine() = default;
   absl::Status validate(const StepInput& input) const;
   // Samples one token per logits row for the given sequences (all ranks agree).
   absl::StatusOr<std::vector<int32_t>> sample_rows(const Tensor& logits, const std::vector<const StepSequence*>& seqs);
 
   std::unique_ptr<LlamaModel> model_;
-  KvCache cache_;
-  Communicator* comm_;
+  std::unique_ptr<KvCache> cache_;
+  Communicator* comm_ = nullptr;
+  EngineOptions options_;
+  Tensor shared_tokens_;  // F32 [max_seqs] on the device: sampled ids shared in a layer split
   std::map<uint64_t, History> histories_;
 };
 

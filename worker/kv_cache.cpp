@@ -5,16 +5,33 @@
 
 namespace exl3 {
 
-KvCache::KvCache(const KvCacheShape& shape) : shape_(shape) {
-  EXL3_CHECK(shape.page_size > 0 && shape.num_pages > 0, "KV cache needs pages");
-  for (int64_t heads : shape.layer_kv_heads) {
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(const KvCacheShape& shape, Backend& backend) {
+  std::unique_ptr<KvCache> cache(new KvCache());
+  cache->shape_ = shape;
+  EXL3_RETURN_IF_ERROR(cache->allocate(backend));
+  return cache;
+}
+
+KvCache::KvCache(const KvCacheShape& shape, Backend& backend) : shape_(shape) { EXL3_CHECK_OK(allocate(backend)); }
+
+absl::Status KvCache::allocate(Backend& backend) {
+  const KvCacheShape& shape = shape_;
+  if (shape.page_size <= 0 || shape.num_pages <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache needs pages: ", shape.num_pages, " pages of ",
+                                                   shape.page_size, " tokens"));
+  }
+  for (size_t l = 0; l < shape.layer_kv_heads.size(); ++l) {
+    const int64_t heads = shape.layer_kv_heads[l];
     PagedKv kv;
     kv.page_size = shape.page_size;
-    kv.k_pages = Tensor::zeros(DType::kF32, {shape.num_pages, shape.page_size, heads, shape.head_dim});
-    kv.v_pages = Tensor::zeros(DType::kF32, {shape.num_pages, shape.page_size, heads, shape.head_dim});
+    const Shape pages{shape.num_pages, shape.page_size, heads, shape.head_dim};
+    EXL3_ASSIGN_OR_RETURN(kv.k_pages, backend.allocate(backend.kv_dtype(), pages, absl::StrCat("KV cache keys of layer ", l)));
+    EXL3_ASSIGN_OR_RETURN(kv.v_pages, backend.allocate(backend.kv_dtype(), pages, absl::StrCat("KV cache values of layer ", l)));
     layers_.push_back(std::move(kv));
   }
+  bytes_ = bytes_for(shape, dtype_size(backend.kv_dtype()));
   for (int64_t p = shape.num_pages - 1; p >= 0; --p) free_.push_back(static_cast<int32_t>(p));
+  return absl::OkStatus();
 }
 
 absl::Status KvCache::reserve(PageTable& table, int64_t tokens) {
@@ -37,10 +54,10 @@ void KvCache::release(PageTable& table) {
   table.pages.clear();
 }
 
-uint64_t KvCache::bytes_for(const KvCacheShape& s) {
+uint64_t KvCache::bytes_for(const KvCacheShape& s, uint64_t element_bytes) {
   uint64_t heads = 0;
   for (int64_t h : s.layer_kv_heads) heads += static_cast<uint64_t>(h);
-  return 2ull * heads * s.num_pages * s.page_size * s.head_dim * sizeof(float);
+  return 2ull * heads * s.num_pages * s.page_size * s.head_dim * element_bytes;
 }
 
 }  // namespace exl3

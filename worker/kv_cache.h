@@ -1,12 +1,15 @@
-// KvCache: per-layer K/V storage in fixed-size pages with a free list; a sequence owns a page
-// table (logical page i of the sequence -> physical page). Page size is a parameter.
+// KvCache: per-layer K/V storage in fixed-size pages (allocated once on a Backend, in its kv_dtype)
+// with a free list; a sequence owns a page table (logical page i of the sequence -> physical page).
+// Page size is a parameter.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "kernels/ops.h"
+#include "absl/status/statusor.h"
+#include "kernels/backend.h"
 
 namespace exl3 {
 
@@ -25,7 +28,10 @@ struct PageTable {
 
 class KvCache {
  public:
-  explicit KvCache(const KvCacheShape& shape);
+  // Allocates the pages on `backend`; RESOURCE_EXHAUSTED past the backend's cap.
+  static absl::StatusOr<std::unique_ptr<KvCache>> create(const KvCacheShape& shape, Backend& backend);
+  // The same for tools and tests: aborts when the allocation fails.
+  KvCache(const KvCacheShape& shape, Backend& backend);
 
   const KvCacheShape& shape() const { return shape_; }
   PagedKv& layer(int64_t i) { return layers_.at(i); }
@@ -37,13 +43,18 @@ class KvCache {
   // Returns every page of `table` to the free list and clears it.
   void release(PageTable& table);
   int64_t free_pages() const { return static_cast<int64_t>(free_.size()); }
-  // Bytes of K and V storage for a cache of this shape (fp32 on the CPU backend).
-  static uint64_t bytes_for(const KvCacheShape& shape);
+  // Bytes of K and V storage for a cache of this shape with elements of `element_bytes`.
+  static uint64_t bytes_for(const KvCacheShape& shape, uint64_t element_bytes);
+  uint64_t bytes() const { return bytes_; }
 
  private:
+  KvCache() = default;
+  absl::Status allocate(Backend& backend);
+
   KvCacheShape shape_;
   std::vector<PagedKv> layers_;
   std::vector<int32_t> free_;  // stack of free physical pages
+  uint64_t bytes_ = 0;
 };
 
 }  // namespace exl3

@@ -1,6 +1,7 @@
 // Building a ModelFootprint from a ModelConfig (and the safetensors headers), and the byte
-// arithmetic of slices: what a CPU worker (fp32 dequantized) or a CUDA worker (stored bytes)
-// allocates for a range of units.
+// arithmetic of slices: what a CPU worker (fp32 dequantized) or a CUDA worker (EXL3 as stored,
+// dense F16, norms and biases F32) allocates for a range of units, and the mirrors of the CUDA
+// worker's workspace, scratch and fixed overheads.
 #include "coordinator/planner/model_footprint.h"
 
 #include <algorithm>
@@ -60,8 +61,7 @@ absl::Status read_linear_storage(const SafetensorsCollection& t, LinearPart& par
 }
 
 // Bytes of a norm vector; with headers, checks that it exists with the expected length.
-absl::StatusOr<uint64_t> vector_bytes(Backend backend, const SafetensorsCollection* t, const std::string& name,
-                                      int64_t size) {
+absl::StatusOr<uint64_t> vector_bytes(const SafetensorsCollection* t, const std::string& name, int64_t size) {
   if (t == nullptr) return u64(size) * 4;
   const TensorInfo* info = t->find(name);
   if (info == nullptr) return absl::NotFoundError(absl::StrCat("missing tensor \"", name, "\""));
@@ -69,11 +69,11 @@ absl::StatusOr<uint64_t> vector_bytes(Backend backend, const SafetensorsCollecti
     return absl::InvalidArgumentError(absl::StrCat(t->file_of(name), ": tensor \"", name, "\" has shape ",
                                                    shape_string(info->shape), ", expected [", size, "]"));
   }
-  return backend == Backend::kCpu ? u64(size) * 4 : tensor_bytes(*info);
+  return u64(size) * 4;  // both backends keep norms as F32
 }
 
-// The embedding table [vocab, hidden]: fp32 on the CPU worker, stored bytes on CUDA.
-absl::StatusOr<uint64_t> embedding_bytes(const ModelConfig& c, Backend backend, const SafetensorsCollection* t) {
+// The embedding table [vocab, hidden]: fp32 on the CPU worker, its stored dtype on CUDA.
+absl::StatusOr<uint64_t> embedding_bytes(const ModelConfig& c, BackendKind backend, const SafetensorsCollection* t) {
   const uint64_t fp32 = u64(c.vocab_size) * u64(c.hidden_size) * 4;
   if (t == nullptr) return fp32;
   const std::string name = "model.embed_tokens.weight";
@@ -84,7 +84,7 @@ absl::StatusOr<uint64_t> embedding_bytes(const ModelConfig& c, Backend backend, 
                                                    shape_string(e->shape), ", expected [", c.vocab_size, ", ",
                                                    c.hidden_size, "]"));
   }
-  return backend == Backend::kCpu ? fp32 : tensor_bytes(*e);
+  return backend == BackendKind::kCpu ? fp32 : tensor_bytes(*e);
 }
 
 LinearPart make_part(std::string prefix, int64_t in, int64_t out, bool split_columns, int64_t features_per_unit) {
@@ -99,13 +99,13 @@ LinearPart make_part(std::string prefix, int64_t in, int64_t out, bool split_col
 
 }  // namespace
 
-absl::StatusOr<Backend> parse_backend(const std::string& name) {
-  if (name == "cpu") return Backend::kCpu;
-  if (name == "cuda") return Backend::kCuda;
+absl::StatusOr<BackendKind> parse_backend(const std::string& name) {
+  if (name == "cpu") return BackendKind::kCpu;
+  if (name == "cuda") return BackendKind::kCuda;
   return absl::InvalidArgumentError(absl::StrCat("unknown backend \"", name, "\" (expected \"cpu\" or \"cuda\")"));
 }
 
-std::string backend_name(Backend backend) { return backend == Backend::kCpu ? "cpu" : "cuda"; }
+std::string backend_name(BackendKind backend) { return backend == BackendKind::kCpu ? "cpu" : "cuda"; }
 
 std::string component_name(ComponentKind kind) {
   switch (kind) {
@@ -119,30 +119,30 @@ std::string component_name(ComponentKind kind) {
   return "?";
 }
 
-uint64_t LinearPart::slice_bytes(Backend backend, int64_t begin, int64_t end) const {
+uint64_t LinearPart::slice_bytes(BackendKind backend, int64_t begin, int64_t end) const {
   if (end <= begin) return 0;
   const int64_t n = end - begin;
   const int64_t other = split_columns ? in_features : out_features;
-  const uint64_t col_bias = split_columns && has_bias ? u64(n) : 0;  // elements
-  if (backend == Backend::kCpu) return 4 * (u64(other) * u64(n) + col_bias);
-  if (!exl3) return dense_dtype_size * u64(other) * u64(n) + bias_dtype_size * col_bias;
+  const uint64_t col_bias = split_columns && has_bias ? u64(n) : 0;  // elements, F32 on both backends
+  if (backend == BackendKind::kCpu) return 4 * (u64(other) * u64(n) + col_bias);
+  if (!exl3) return 2 * u64(other) * u64(n) + 4 * col_bias;  // F16 [out, in] for cuBLAS
   // Stored EXL3 slice: boundaries are 128-aligned; the slice that ends the dimension runs to the
   // padded size. Trellis tiles are 16x16 with trellis_words int16 each.
   const int64_t padded = (end == split_extent() ? pad128(end) : end) - begin;
   const uint64_t trellis = u64(pad128(other) / 16) * u64(padded / 16) * u64(trellis_words) * 2;
   const uint64_t scale = 2 * u64(padded);  // svh slice (column split) or suh slice (row split), fp16
-  return trellis + scale + bias_dtype_size * col_bias;
+  return trellis + scale + 4 * col_bias;
 }
 
-uint64_t LinearPart::holder_bytes(Backend backend) const {
-  if (backend == Backend::kCpu || !exl3) return 0;
+uint64_t LinearPart::holder_bytes(BackendKind backend) const {
+  if (backend == BackendKind::kCpu || !exl3) return 0;
   const int64_t other = split_columns ? in_features : out_features;
-  return 2 * u64(pad128(other)) + marker_bytes;
+  return 2 * u64(pad128(other));
 }
 
-uint64_t LinearPart::first_holder_bytes(Backend backend) const {
+uint64_t LinearPart::first_holder_bytes(BackendKind) const {
   if (split_columns || !has_bias) return 0;
-  return (backend == Backend::kCpu ? 4 : bias_dtype_size) * u64(out_features);
+  return 4 * u64(out_features);
 }
 
 int64_t ComponentFootprint::feature(int64_t u) const { return std::min(u * unit_size, extent); }
@@ -204,7 +204,7 @@ int64_t kv_heads_per_unit(const ModelConfig& c) {
   return c.num_kv_heads % w == 0 ? w : c.num_kv_heads;
 }
 
-absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, Backend backend,
+absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, BackendKind backend,
                                                      const SafetensorsCollection* tensors) {
   if (c.num_layers <= 0 || c.hidden_size <= 0 || c.num_heads <= 0 || c.num_kv_heads <= 0 || c.head_dim <= 0 ||
       c.intermediate_size <= 0 || c.vocab_size <= 0) {
@@ -214,7 +214,7 @@ absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, Backe
     return absl::InvalidArgumentError(
         absl::StrCat(c.num_heads, " query heads are not a multiple of ", c.num_kv_heads, " KV heads"));
   }
-  if (backend == Backend::kCuda && tensors == nullptr) {
+  if (backend == BackendKind::kCuda && tensors == nullptr) {
     return absl::InvalidArgumentError("the cuda footprint counts stored bytes and needs the safetensors headers");
   }
 
@@ -234,7 +234,7 @@ absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, Backe
     fp.notes.push_back(absl::StrCat("the last MLP unit holds ", c.intermediate_size % kSplitAlign,
                                     " of 128 columns (intermediate_size ", c.intermediate_size, ")"));
   }
-  const uint64_t cache_elem = backend == Backend::kCpu ? 4 : 2;
+  const uint64_t cache_elem = backend == BackendKind::kCpu ? 4 : 2;
   const bool assume_qkv_bias = c.architecture == Architecture::kQwen2;
 
   EXL3_ASSIGN_OR_RETURN(fp.embedding_bytes, embedding_bytes(c, backend, tensors));
@@ -291,12 +291,12 @@ absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, Backe
     }
 
     for (const char* norm : {"input_layernorm.weight", "post_attention_layernorm.weight"}) {
-      EXL3_ASSIGN_OR_RETURN(const uint64_t b, vector_bytes(backend, tensors, p + norm, c.hidden_size));
+      EXL3_ASSIGN_OR_RETURN(const uint64_t b, vector_bytes(tensors, p + norm, c.hidden_size));
       layer.norm_bytes += b;
     }
     if (c.qk_norm) {
       for (const char* norm : {"self_attn.q_norm.weight", "self_attn.k_norm.weight"}) {
-        EXL3_ASSIGN_OR_RETURN(const uint64_t b, vector_bytes(backend, tensors, p + norm, c.head_dim));
+        EXL3_ASSIGN_OR_RETURN(const uint64_t b, vector_bytes(tensors, p + norm, c.head_dim));
         layer.attention.holder_bytes += b;
       }
     }
@@ -304,7 +304,7 @@ absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, Backe
   }
   fp.decoder_bits = bits_weights > 0 ? bits_weighted / bits_weights : 0.0;
 
-  EXL3_ASSIGN_OR_RETURN(fp.final_norm_bytes, vector_bytes(backend, tensors, "model.norm.weight", c.hidden_size));
+  EXL3_ASSIGN_OR_RETURN(fp.final_norm_bytes, vector_bytes(tensors, "model.norm.weight", c.hidden_size));
 
   ComponentFootprint& h = fp.head;
   h.kind = ComponentKind::kHead;
@@ -331,16 +331,85 @@ absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, Backe
   fp.head_bits = head.bits();
   h.linears = {head};
 
-  const uint64_t act = 4 * u64(c.hidden_size) + 2 * u64(q_dim) + 2 * u64(kv_dim) + 3 * u64(c.intermediate_size);
-  const uint64_t vocab = u64(c.vocab_size);
-  if (backend == Backend::kCpu) {
-    fp.workspace.per_token = 4 * (act + vocab);
+  if (backend == BackendKind::kCpu) {
+    const uint64_t act = 4 * u64(c.hidden_size) + 2 * u64(q_dim) + 2 * u64(kv_dim) + 3 * u64(c.intermediate_size);
+    fp.workspace.per_token = 4 * (act + u64(c.vocab_size));
     fp.workspace.per_token_context = 4;
     fp.workspace.per_context = 8 * u64(c.head_dim);
-  } else {
-    fp.workspace.per_token = 2 * act + 4 * vocab;
   }
   return fp;
+}
+
+// ---- CUDA worker mirrors ---------------------------------------------------------------------------
+
+namespace {
+
+constexpr uint64_t kWorkspaceAlign = 256;  // Workspace::aligned (worker/model/workspace.h)
+// kernels/cuda/attention.cu: split-K rows target and the most splits of one decode token.
+constexpr int64_t kAttentionTargetRows = 4096;
+constexpr int64_t kAttentionMaxSplits = 64;
+constexpr int64_t kAttentionMaxHeadDim = 128;  // reserve_scratch sizes for head_dim <= 128
+
+uint64_t align_workspace(uint64_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
+
+}  // namespace
+
+uint64_t forward_workspace_bytes(const ModelConfig& c, const RankShape& rank, const StepShape& step,
+                                 uint64_t activation_bytes) {
+  const uint64_t a = activation_bytes;
+  const uint64_t n = u64(step.tokens), r = u64(step.logit_rows), h = u64(c.hidden_size), hd = u64(c.head_dim);
+  const uint64_t kv = u64(rank.kv_heads), heads = kv * u64(c.num_heads / c.num_kv_heads), mlp = u64(rank.mlp_columns);
+  const uint64_t local_vocab = rank.has_head ? u64(rank.vocab_rows) : 0;
+  // In take_buffers' order: step metadata, layer activations, head buffers, width exchange.
+  const uint64_t sizes[] = {4 * n,         4 * n,          4 * n,          4 * u64(step.seqs) * u64(step.pages_per_seq),
+                            4 * r,         4 * n * h,      a * n * h,      a * n * heads * hd,
+                            a * n * kv * hd, a * n * kv * hd, a * n * heads * hd, 4 * n * h,
+                            a * n * mlp,   a * n * mlp,    a * n * mlp,    4 * r * h,
+                            a * r * h,     4 * r * local_vocab, rank.gathers_logits ? 4 * r * u64(c.vocab_size) : 0,
+                            4,             4 * u64(rank.world_size)};
+  uint64_t total = 0;
+  for (uint64_t s : sizes) total += align_workspace(s);
+  return std::max(total, kWorkspaceAlign);  // Workspace::create allocates at least one alignment unit
+}
+
+int64_t widest_padded_features(const ModelConfig& c, const RankShape& rank) {
+  const int64_t heads = rank.kv_heads * (c.num_heads / c.num_kv_heads);
+  int64_t widest = std::max({c.hidden_size, heads * c.head_dim, rank.mlp_columns});
+  if (rank.has_head) widest = std::max(widest, rank.vocab_rows);
+  return pad128(widest);
+}
+
+int64_t cuda_attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim) {
+  return std::min(tokens * heads * kAttentionMaxSplits, 2 * kAttentionTargetRows) * (head_dim + 2);
+}
+
+uint64_t cuda_scratch_bytes(int64_t rows, int64_t features) {
+  const uint64_t linear = u64(rows) * u64(features) * (2 + 4);  // F16 and F32 [rows, features]
+  const int64_t floats =
+      cuda_attention_scratch_floats(rows, std::max<int64_t>(1, features / 64), kAttentionMaxHeadDim);
+  return linear + 4 * u64(floats);
+}
+
+CudaRankReserve cuda_rank_reserve(const ModelConfig& c, const RankShape& rank, const StepShape& step) {
+  CudaRankReserve r;
+  r.workspace = forward_workspace_bytes(c, rank, step, 2);
+  r.scratch = cuda_scratch_bytes(step.tokens, widest_padded_features(c, rank));
+  r.engine = 4 * u64(c.rotary_dim() / 2) + 4 * u64(step.seqs);
+  r.allocator_fixed = kCudaOverheads.cublas_workspace_bytes + kCudaOverheads.bookkeeping_bytes;
+  r.context = kCudaOverheads.context_bytes;
+  r.nccl = rank.world_size > 1 ? kCudaOverheads.nccl_bytes : 0;
+  return r;
+}
+
+RankShape widest_rank_shape(const ModelConfig& c, bool tensor_parallel, int world_size) {
+  RankShape r;
+  r.kv_heads = c.num_kv_heads;
+  r.mlp_columns = c.intermediate_size;
+  r.vocab_rows = c.vocab_size;
+  r.has_head = true;
+  r.gathers_logits = tensor_parallel && world_size > 1;
+  r.world_size = world_size;
+  return r;
 }
 
 }  // namespace exl3

@@ -19,12 +19,14 @@ namespace exl3 {
 // What a worker allocates for its weights.
 //   kCpu:  the CPU worker dequantizes every linear at load and keeps it as fp32 [in, out] (logical,
 //          unpadded sizes), biases, norms and the embedding as fp32, KV cache as fp32.
-//   kCuda: the stored bytes of the held slices (EXL3 tensors are used as stored; KV cache fp16).
-//          Needs the safetensors headers.
-enum class Backend { kCpu, kCuda };
+//   kCuda: what the CUDA backend (kernels/cuda/cuda_backend.h) allocates: EXL3 slices as stored
+//          (trellis, suh and svh of the slice; no codebook marker), biases F32, dense linears F16
+//          [out, in], norms F32, the embedding in its stored dtype, KV cache F16. Needs the
+//          safetensors headers.
+enum class BackendKind { kCpu, kCuda };
 
-absl::StatusOr<Backend> parse_backend(const std::string& name);  // "cpu" or "cuda"
-std::string backend_name(Backend backend);
+absl::StatusOr<BackendKind> parse_backend(const std::string& name);  // "cpu" or "cuda"
+std::string backend_name(BackendKind backend);
 
 enum class ComponentKind { kAttention, kMlp, kHead };
 std::string component_name(ComponentKind kind);  // "attention", "MLP", "lm_head"
@@ -42,19 +44,19 @@ struct LinearPart {
   // Storage, from the safetensors headers (used by kCuda).
   bool exl3 = false;
   int64_t trellis_words = 0;    // last trellis dimension (16 * K)
-  uint64_t marker_bytes = 0;    // codebook marker scalar (mcg/mul1), 0 when absent
-  size_t dense_dtype_size = 2;  // element size of a dense (non-EXL3) weight
-  size_t bias_dtype_size = 2;
+  uint64_t marker_bytes = 0;    // codebook marker scalar (mcg/mul1) on disk, 0 when absent (not loaded)
+  size_t dense_dtype_size = 2;  // element size of a dense (non-EXL3) weight on disk
+  size_t bias_dtype_size = 2;   // on disk; the CUDA worker keeps biases as F32
 
   int64_t split_extent() const { return split_columns ? out_features : in_features; }
   // Bytes allocated for split features [begin, end) (logical indices), excluding the bytes that
   // every holder pays once (see holder_bytes) and the row-split bias (see first_holder_bytes).
-  uint64_t slice_bytes(Backend backend, int64_t begin, int64_t end) const;
+  uint64_t slice_bytes(BackendKind backend, int64_t begin, int64_t end) const;
   // Bytes every rank holding a non-empty slice pays once: kCuda keeps the unsplit scale vector
-  // (suh of a column split, svh of a row split) and the codebook marker.
-  uint64_t holder_bytes(Backend backend) const;
+  // (suh of a column split, svh of a row split).
+  uint64_t holder_bytes(BackendKind backend) const;
   // A row-split bias is added once, by the rank whose slice starts at input 0.
-  uint64_t first_holder_bytes(Backend backend) const;
+  uint64_t first_holder_bytes(BackendKind backend) const;
   // K of the EXL3 tensor, 0 when dense.
   int bits() const { return exl3 ? static_cast<int>(trellis_words / 16) : 0; }
 };
@@ -65,7 +67,7 @@ struct LinearPart {
 struct ComponentFootprint {
   ComponentKind kind = ComponentKind::kAttention;
   int64_t layer = -1;  // -1 for the head
-  Backend backend = Backend::kCpu;
+  BackendKind backend = BackendKind::kCpu;
   int64_t units = 0;
   int64_t unit_size = 0;  // KV heads (attention), intermediate columns (MLP), vocab rows (head)
   int64_t extent = 0;     // num_kv_heads, intermediate_size or vocab_size
@@ -102,9 +104,9 @@ struct LayerFootprint {
 //                    + vocab)        logits (all-gathered to full width in tp mode)
 //   per_token_context = 4           one attention score row per token (kernels/cpu/attention.cpp)
 //   per_context = 8 * head_dim      the gathered K and V rows of one head
-// kCuda: same activations in fp16 (2 bytes) except fp32 logits, no score matrix (fused attention).
 // Each rank reserves the whole-model figure whatever its share (the residual stream and logits
 // are full width on every rank anyway); the figure is per step, not per sequence.
+// kCuda workers are priced exactly instead, by cuda_rank_reserve below (these fields stay 0).
 struct WorkspaceFootprint {
   uint64_t per_token = 0;
   uint64_t per_token_context = 0;
@@ -114,7 +116,7 @@ struct WorkspaceFootprint {
 
 struct ModelFootprint {
   ModelConfig config;
-  Backend backend = Backend::kCpu;
+  BackendKind backend = BackendKind::kCpu;
   std::vector<LayerFootprint> layers;
   ComponentFootprint head;
   uint64_t embedding_bytes = 0;
@@ -140,11 +142,78 @@ struct ModelFootprint {
   uint64_t total_cache_bytes(int64_t tokens) const;
 };
 
+// ---- What a CUDA worker allocates besides weights and KV cache ----------------------------------
+
+// Fixed device memory of one CUDA worker process that the model does not determine. Estimates,
+// to be calibrated on the GPU (one table, so calibration edits one place). context and nccl are
+// outside the backend's allocator (the driver and NCCL allocate them), so the allocator's cap is
+// the rank's cap minus those two; cublas_workspace and bookkeeping go through the allocator.
+struct CudaOverheads {
+  uint64_t context_bytes;           // CUDA context, kernel images, cuBLAS handle: ~600 MiB
+  uint64_t nccl_bytes;              // NCCL communicator buffers, per rank when world > 1: ~200 MiB
+  uint64_t cublas_workspace_bytes;  // CudaBackendOptions::cublas_workspace_bytes (32 MiB default)
+  uint64_t bookkeeping_bytes;       // the backend's F16 range-check result (2 x u64)
+};
+inline constexpr CudaOverheads kCudaOverheads{uint64_t{600} << 20, uint64_t{200} << 20, uint64_t{32} << 20, 16};
+
+// The largest step a worker is loaded for (mirrors StepLimits in worker/model/llama_model.h; the
+// coordinator sends the same numbers in LoadShard).
+struct StepShape {
+  int64_t tokens = 2048;        // max_step_tokens
+  int64_t seqs = 256;           // max_seqs
+  int64_t pages_per_seq = 64;   // max_pages_per_seq (the engine uses num_pages)
+  int64_t logit_rows = 256;     // max_logit_rows
+};
+
+// The widest parts one rank holds, which size its workspace and scratch.
+struct RankShape {
+  int64_t kv_heads = 0;     // most KV heads held in any layer (query heads follow)
+  int64_t mlp_columns = 0;  // most intermediate columns held in any layer
+  int64_t vocab_rows = 0;   // lm_head rows held (0 without the head)
+  bool has_head = false;
+  bool gathers_logits = false;  // tensor parallel over more than one rank, with the head
+  int world_size = 1;
+};
+
+// Bytes of the forward workspace arena LlamaModel::workspace_bytes_for reserves (every buffer of
+// take_buffers in worker/model/llama_model.cpp, each rounded up to 256 bytes; at least 256), with
+// activations of `activation_bytes` (4 on the CPU backend, 2 on CUDA).
+uint64_t forward_workspace_bytes(const ModelConfig& config, const RankShape& rank, const StepShape& step,
+                                 uint64_t activation_bytes);
+
+// Widest padded linear a rank runs: max(hidden, held q heads x head_dim, held MLP columns, held
+// vocabulary rows), rounded up to 128 (what LlamaModel passes to Backend::reserve_scratch).
+int64_t widest_padded_features(const ModelConfig& config, const RankShape& rank);
+
+// CUDA backend scratch for `rows` rows through linears of `features` padded features: linear
+// scratch F16 + F32 [rows, features] and the attention split-K scratch (mirrors reserve_scratch in
+// kernels/cuda/cuda_backend.cpp and attention_scratch_floats in kernels/cuda/attention.cu).
+uint64_t cuda_scratch_bytes(int64_t rows, int64_t features);
+int64_t cuda_attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim);
+
+// Everything besides weights and KV cache that one CUDA rank holds, by part.
+struct CudaRankReserve {
+  uint64_t workspace = 0;   // forward workspace arena
+  uint64_t scratch = 0;     // linear + attention scratch
+  uint64_t engine = 0;      // RoPE inv_freq (F32) + the engine's sampled-token exchange (F32 [seqs])
+  uint64_t allocator_fixed = 0;  // cuBLAS workspace + bookkeeping (through the allocator)
+  uint64_t context = 0;     // CUDA context (outside the allocator)
+  uint64_t nccl = 0;        // NCCL buffers (outside the allocator; 0 for a world of one)
+  uint64_t total() const { return workspace + scratch + engine + allocator_fixed + context + nccl; }
+  uint64_t outside_allocator() const { return context + nccl; }
+};
+CudaRankReserve cuda_rank_reserve(const ModelConfig& config, const RankShape& rank, const StepShape& step);
+
+// The RankShape that bounds every rank of a plan: all KV heads, all MLP columns, the whole
+// vocabulary, gathering logits when tensor parallel over several ranks. The planner charges this
+// bound on every CUDA rank that holds anything.
+RankShape widest_rank_shape(const ModelConfig& config, bool tensor_parallel, int world_size);
+
 // Builds the footprint. `tensors` (may be null for kCpu) supplies EXL3 bits, stored bytes and the
 // presence of biases and of lm_head; without it Qwen2 is assumed to carry q/k/v biases and every
 // other architecture none, and lm_head is assumed present unless tie_word_embeddings.
 // Errors: kCuda without tensors; a missing tensor (named); MLP slices (not supported by the worker).
-absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& config, Backend backend,
+absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& config, BackendKind backend,
                                                      const SafetensorsCollection* tensors = nullptr);
 
 // KV heads per attention unit: the smallest w with w * head_dim % 128 == 0 (1 for head_dim 128, 2

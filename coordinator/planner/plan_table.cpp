@@ -86,14 +86,16 @@ std::string render(const std::vector<std::string>& header, const std::vector<boo
 }  // namespace
 
 std::string format_plan_table(const ModelFootprint& fp, const std::vector<RankPlan>& plans,
-                              const std::vector<uint64_t>& caps) {
+                              const std::vector<uint64_t>& caps, const PlannerOptions* options) {
   const ModelConfig& c = fp.config;
   const int64_t group = c.num_heads / c.num_kv_heads;
   std::string out;
   const PlanMode mode = plans.empty() ? PlanMode::kTensorParallel : plans.front().mode;
   absl::StrAppend(&out, mode == PlanMode::kTensorParallel ? "tensor-parallel" : "layer-split", " plan over ",
                   plans.size(), plans.size() == 1 ? " rank" : " ranks", ", ", backend_name(fp.backend), " backend (",
-                  fp.backend == Backend::kCpu ? "weights dequantized to fp32" : "weights as stored", ")\n");
+                  fp.backend == BackendKind::kCpu ? "weights dequantized to fp32"
+                                                  : "EXL3 as stored, dense weights F16, KV cache F16",
+                  ")\n");
   absl::StrAppend(&out,
                   "model: ", c.architecture_name.empty() ? architecture_name(c.architecture) : c.architecture_name,
                   ", ", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_heads, " query / ", c.num_kv_heads,
@@ -171,6 +173,14 @@ std::string format_plan_table(const ModelFootprint& fp, const std::vector<RankPl
   absl::StrAppend(
       &out, "ranges are inclusive",
       mode == PlanMode::kTensorParallel ? "; \"none\" = zero units (the rank adds zeros to the all-reduce)" : "", "\n");
+  if (fp.backend == BackendKind::kCuda && options != nullptr) {
+    const CudaRankReserve r = cuda_plan_reserve(fp, *options);
+    absl::StrAppend(&out, "workspace per CUDA rank (bound for the widest rank, ", options->step_tokens,
+                    " tokens per step): forward ", format_bytes(r.workspace), ", scratch ", format_bytes(r.scratch),
+                    ", RoPE + sampler ", format_bytes(r.engine), ", cuBLAS ", format_bytes(r.allocator_fixed),
+                    ", CUDA context ", format_bytes(r.context), ", NCCL ", format_bytes(r.nccl),
+                    " (context and NCCL are estimates outside the worker's allocator)\n");
+  }
   for (const std::string& note : fp.notes) absl::StrAppend(&out, "note: ", note, "\n");
   return out;
 }

@@ -64,7 +64,7 @@ class TpPlanner {
     for (int64_t l = 0; l < layers; ++l) comps_.push_back({&fp.layers[l].attention, l});
     for (int64_t l = 0; l < layers; ++l) comps_.push_back({&fp.layers[l].mlp, l});
     comps_.push_back({&fp.head, layers});
-    base_ = fp.replicated_bytes() + fp.workspace.bytes(options.step_tokens, options.max_seq_len);
+    base_ = fp.replicated_bytes() + rank_reserve_bytes(fp, options);
   }
 
   absl::StatusOr<std::vector<RankPlan>> plan() {
@@ -74,7 +74,8 @@ class TpPlanner {
         return absl::ResourceExhaustedError(absl::StrCat(
             "rank ", r, " needs ", format_bytes(base_ - caps[r]), " more than its ", format_bytes(caps[r]),
             " cap just for what every rank holds in tp mode (embedding and norms ",
-            format_bytes(fp_.replicated_bytes()), ", workspace ", format_bytes(base_ - fp_.replicated_bytes()), ")"));
+            format_bytes(fp_.replicated_bytes()), ", workspace", fp_.backend == BackendKind::kCuda ? " and CUDA overheads " : " ",
+            format_bytes(base_ - fp_.replicated_bytes()), ")"));
       }
     }
     uint64_t sharded = 0, cap_total = 0;
@@ -260,7 +261,7 @@ class LayerPlanner {
   LayerPlanner(const ModelFootprint& fp, const PlannerOptions& options) : fp_(fp), options_(options) {
     world_ = static_cast<int>(options.caps.size());
     layers_ = static_cast<int64_t>(fp.layers.size());
-    workspace_ = fp.workspace.bytes(options.step_tokens, options.max_seq_len);
+    workspace_ = rank_reserve_bytes(fp, options);
     prefix_.assign(layers_ + 1, 0);
     for (int64_t l = 0; l < layers_; ++l) {
       prefix_[l + 1] = prefix_[l] + fp.layer_weight_bytes(l) + fp.layer_cache_bytes(l, options.cache_tokens());
@@ -416,6 +417,26 @@ absl::StatusOr<PlanMode> parse_plan_mode(const std::string& name) {
 
 int64_t PlannerOptions::num_pages() const { return max_batch * ceil_div(max_seq_len, page_size); }
 
+StepShape PlannerOptions::step_shape() const {
+  StepShape s;
+  s.tokens = step_tokens;
+  s.seqs = max_batch;
+  s.pages_per_seq = num_pages();
+  s.logit_rows = max_batch;
+  return s;
+}
+
+CudaRankReserve cuda_plan_reserve(const ModelFootprint& fp, const PlannerOptions& options) {
+  const int world = static_cast<int>(options.caps.size());
+  const RankShape widest = widest_rank_shape(fp.config, options.mode == PlanMode::kTensorParallel, world);
+  return cuda_rank_reserve(fp.config, widest, options.step_shape());
+}
+
+uint64_t rank_reserve_bytes(const ModelFootprint& fp, const PlannerOptions& options) {
+  if (fp.backend == BackendKind::kCpu) return fp.workspace.bytes(options.step_tokens, options.max_seq_len);
+  return cuda_plan_reserve(fp, options).total();
+}
+
 RankBytes price_rank(const ModelFootprint& fp, const PlannerOptions& options, const RankPlan& plan) {
   RankBytes b;
   const int64_t tokens = options.cache_tokens();
@@ -433,7 +454,7 @@ RankBytes price_rank(const ModelFootprint& fp, const PlannerOptions& options, co
     const auto [h0, h1] = unit_range(fp.head, plan.vocab_begin, plan.vocab_end);
     b.weights += fp.final_norm_bytes + fp.head.weight_bytes(h0, h1);
   }
-  if (holds_anything) b.workspace = fp.workspace.bytes(options.step_tokens, options.max_seq_len);
+  if (holds_anything) b.workspace = rank_reserve_bytes(fp, options);
   return b;
 }
 

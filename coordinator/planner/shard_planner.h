@@ -55,6 +55,10 @@ struct PlannerOptions {
 
   int64_t num_pages() const;
   int64_t cache_tokens() const { return num_pages() * page_size; }
+  // The step limits a worker is loaded with for this plan: step_tokens tokens, max_batch
+  // sequences and logits rows, num_pages pages per sequence (what the coordinator sends in
+  // LoadShard, and what the CUDA pricing assumes).
+  StepShape step_shape() const;
 };
 
 // One layer of one rank (mirrors proto LayerShard): KV heads [kv_head_begin, kv_head_end) (query
@@ -90,6 +94,13 @@ struct RankPlan {
 // Plans one RankPlan per cap, in rank order. Errors: INVALID_ARGUMENT for bad options (no caps,
 // non-positive sizes), RESOURCE_EXHAUSTED when the caps cannot hold the model, cache and workspace.
 absl::StatusOr<std::vector<RankPlan>> plan_shards(const ModelFootprint& footprint, const PlannerOptions& options);
+
+// Bytes every rank that holds anything reserves besides its weights and KV cache: kCpu the
+// workspace estimate (WorkspaceFootprint), kCuda cuda_rank_reserve for the widest rank of the plan
+// (widest_rank_shape), i.e. forward workspace, scratch, cuBLAS workspace, CUDA context and NCCL.
+uint64_t rank_reserve_bytes(const ModelFootprint& footprint, const PlannerOptions& options);
+// The same for kCuda, by part.
+CudaRankReserve cuda_plan_reserve(const ModelFootprint& footprint, const PlannerOptions& options);
 
 // Recomputes a rank's bytes from its ranges (what plan_shards stores in the plan); exposed so
 // callers and tests can price a plan edited by hand.

@@ -1,13 +1,17 @@
-// Coordinator start-up, planning, loading and ordered shutdown.
+// Coordinator start-up, planning, loading (CPU workers over Gloo, CUDA workers over NCCL) and
+// ordered shutdown.
 #include "coordinator/server/coordinator.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/health_check_service_interface.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "coordinator/planner/byte_units.h"
 #include "coordinator/planner/plan_table.h"
 #include "coordinator/server/plan_proto.h"
 #include "worker/loader/safetensors.h"
@@ -20,6 +24,8 @@ std::string random_run_id() {
   std::random_device rd;
   return absl::StrCat("run-", std::to_string(rd()), "-", std::to_string(rd()));
 }
+
+std::string mib(uint64_t bytes) { return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / 1048576.0); }
 
 }  // namespace
 
@@ -41,7 +47,7 @@ PlannerOptions Coordinator::planner_options(const std::vector<uint64_t>& caps) c
 absl::Status Coordinator::start_control() {
   EXL3_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(options_.model_dir));
   EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(options_.model_dir));
-  EXL3_ASSIGN_OR_RETURN(footprint_, build_model_footprint(config, Backend::kCpu, &tensors));
+  EXL3_ASSIGN_OR_RETURN(footprint_, build_model_footprint(config, options_.backend, &tensors));
   EXL3_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_model_dir(options_.model_dir));
   tokenizer_.emplace(std::move(tok));
   if (options_.max_seq_len <= 0) options_.max_seq_len = config.max_position_embeddings;
@@ -67,14 +73,30 @@ absl::Status Coordinator::start_control() {
 }
 
 absl::StatusOr<std::string> Coordinator::plan_table(const std::vector<uint64_t>& caps) {
-  EXL3_ASSIGN_OR_RETURN(const std::vector<RankPlan> plans, plan_shards(footprint_, planner_options(caps)));
-  return format_plan_table(footprint_, plans, caps);
+  const PlannerOptions popts = planner_options(caps);
+  EXL3_ASSIGN_OR_RETURN(const std::vector<RankPlan> plans, plan_shards(footprint_, popts));
+  return format_plan_table(footprint_, plans, caps, &popts);
+}
+
+absl::Status Coordinator::check_registrations() const {
+  const std::string want = backend_name(options_.backend);
+  const auto regs = group_->registrations();
+  for (int r = 0; r < static_cast<int>(regs.size()); ++r) {
+    if (regs[r].device().backend() != want) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "rank ", r, " registered a ", regs[r].device().backend(), " worker (", regs[r].device().name(), " on ",
+          regs[r].hostname(), "), but this run serves on ", want, " workers (", want == "cuda" ? "NCCL" : "Gloo",
+          " collectives); start every worker with --backend ", want));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Coordinator::start_serving() {
   std::fprintf(stderr, "coordinator: waiting for %d worker(s) on %s:%d\n", options_.world_size,
                options_.control_host.c_str(), control_port_);
   EXL3_RETURN_IF_ERROR(group_->wait_ready(options_.worker_timeout));
+  EXL3_RETURN_IF_ERROR(check_registrations());
   std::vector<uint64_t> caps = options_.caps;
   if (caps.empty()) {
     for (const pb::RegisterRequest& r : group_->registrations()) caps.push_back(r.device().free_bytes());
@@ -85,7 +107,13 @@ absl::Status Coordinator::start_serving() {
   }
   const PlannerOptions popts = planner_options(caps);
   EXL3_ASSIGN_OR_RETURN(plans_, plan_shards(footprint_, popts));
-  std::fprintf(stderr, "%s", format_plan_table(footprint_, plans_, caps).c_str());
+  caps_ = caps;
+  std::fprintf(stderr, "%s", format_plan_table(footprint_, plans_, caps, &popts).c_str());
+  const bool cuda = options_.backend == BackendKind::kCuda;
+  // A CUDA worker's allocator may use the cap minus what the planner set aside outside it (CUDA
+  // context, NCCL buffers), so the whole process stays within the cap.
+  const uint64_t outside = cuda ? cuda_plan_reserve(footprint_, popts).outside_allocator() : 0;
+  const StepShape step = popts.step_shape();
 
   std::vector<pb::Command> loads(options_.world_size);
   for (int r = 0; r < options_.world_size; ++r) {
@@ -94,16 +122,35 @@ absl::Status Coordinator::start_serving() {
     *l->mutable_plan() = plan_to_proto(plans_[r]);
     l->set_num_pages(static_cast<int32_t>(popts.num_pages()));
     l->set_page_size(static_cast<int32_t>(options_.page_size));
-    l->set_comm_backend("gloo");
-    l->set_store_prefix(absl::StrCat(group_->run_id(), "/gloo"));
+    l->set_comm_backend(cuda ? "nccl" : "gloo");
+    l->set_store_prefix(absl::StrCat(group_->run_id(), cuda ? "/nccl" : "/gloo"));
     l->set_collective_timeout_ms(static_cast<int32_t>(options_.step_timeout.count()));
     l->set_comm_host(options_.control_host);
+    l->set_max_step_tokens(static_cast<int32_t>(step.tokens));
+    l->set_max_seqs(static_cast<int32_t>(step.seqs));
+    l->set_max_logit_rows(static_cast<int32_t>(step.logit_rows));
+    if (cuda) {
+      l->set_cap_bytes(static_cast<int64_t>(caps[r]));
+      l->set_device_cap_bytes(static_cast<int64_t>(caps[r] > outside ? caps[r] - outside : caps[r]));
+      l->set_comm_init_timeout_ms(static_cast<int32_t>(options_.comm_init_timeout.count()));
+    }
   }
   EXL3_ASSIGN_OR_RETURN(const std::vector<pb::CommandResult> loaded, group_->call(loads, options_.load_timeout));
+  loaded_.clear();
   for (int r = 0; r < options_.world_size; ++r) {
-    const uint64_t planned = plans_[r].weight_bytes, got = static_cast<uint64_t>(loaded[r].load().weight_bytes());
+    const pb::LoadResult& lr = loaded[r].load();
+    loaded_.push_back(lr);
+    const uint64_t planned = plans_[r].weight_bytes, got = static_cast<uint64_t>(lr.weight_bytes());
     std::fprintf(stderr, "coordinator: rank %d loaded %.2f MiB of weights (planned %.2f MiB), %.2f MiB cache\n", r,
-                 got / 1048576.0, planned / 1048576.0, loaded[r].load().cache_bytes() / 1048576.0);
+                 got / 1048576.0, planned / 1048576.0, lr.cache_bytes() / 1048576.0);
+    if (cuda) {
+      std::fprintf(stderr,
+                   "coordinator: rank %d (%s) device memory: allocated %s (planned %s without the CUDA context and NCCL "
+                   "estimates of %s), device used %s of %s, cap %s\n",
+                   r, lr.device().c_str(), mib(lr.device_allocated_bytes()).c_str(),
+                   mib(plans_[r].total_bytes() - std::min(plans_[r].total_bytes(), outside)).c_str(), mib(outside).c_str(),
+                   mib(lr.device_used_bytes()).c_str(), mib(lr.device_total_bytes()).c_str(), mib(caps[r]).c_str());
+    }
     // The plan prices what the worker allocates; a large difference means the plan is wrong.
     if (got > planned + planned / 20 + (1 << 20)) {
       return absl::InternalError(absl::StrCat("rank ", r, " allocated ", got, " bytes of weights, more than the ",
@@ -152,6 +199,11 @@ absl::Status Coordinator::start_serving() {
     v1::RankShard* s = info.add_shards();
     s->set_rank(r);
     s->set_device(absl::StrCat(regs[r].device().name(), " on ", regs[r].hostname()));
+    if (cuda) {
+      absl::StrAppend(s->mutable_device(), "; loaded: allocated ", format_bytes(loaded_[r].device_allocated_bytes()),
+                      ", device used ", format_bytes(loaded_[r].device_used_bytes()), " of ",
+                      format_bytes(loaded_[r].device_total_bytes()));
+    }
     s->set_first_layer(static_cast<int32_t>(p.first_layer));
     s->set_end_layer(static_cast<int32_t>(p.end_layer));
     int64_t kv = 0, mlp = 0;
@@ -165,7 +217,7 @@ absl::Status Coordinator::start_serving() {
     s->set_vocab_rows(p.vocab_end - p.vocab_begin);
     s->set_weight_bytes(static_cast<int64_t>(p.weight_bytes));
     s->set_cache_bytes(static_cast<int64_t>(p.cache_bytes));
-    s->set_workspace_bytes(static_cast<int64_t>(p.workspace_bytes));
+    s->set_workspace_bytes(static_cast<int64_t>(p.workspace_bytes));  // CUDA: with scratch, context, NCCL
     s->set_cap_bytes(static_cast<int64_t>(caps[r]));
   }
   inference_service_ = std::make_unique<InferenceService>(*tokenizer_, *loop_, limits, info,
@@ -195,9 +247,16 @@ void Coordinator::fill_worker_stats(v1::StatsResponse* response) {
     w->set_rank(r);
     w->set_device(regs[r].device().name());
     if (results.ok()) {
-      w->set_weight_bytes((*results)[r].memory().weight_bytes());
-      w->set_cache_bytes((*results)[r].memory().cache_bytes());
-      w->set_memory_used_bytes((*results)[r].memory().memory_used_bytes());
+      const pb::MemoryReport& m = (*results)[r].memory();
+      w->set_weight_bytes(m.weight_bytes());
+      w->set_cache_bytes(m.cache_bytes());
+      w->set_memory_used_bytes(m.memory_used_bytes());
+      if (m.device_total_bytes() > 0 && r < static_cast<int>(plans_.size())) {
+        absl::StrAppend(w->mutable_device(), " (planned ", format_bytes(plans_[r].total_bytes()), " of ",
+                        format_bytes(r < static_cast<int>(caps_.size()) ? caps_[r] : 0), " cap; allocated ",
+                        format_bytes(m.device_allocated_bytes()), ", device used ",
+                        format_bytes(m.memory_used_bytes()), " of ", format_bytes(m.device_total_bytes()), ")");
+      }
     }
   }
 }

@@ -31,6 +31,9 @@ struct CoordinatorOptions {
   std::string control_host = "127.0.0.1";  // control plane (workers dial it)
   int control_port = 0;                    // 0 = ephemeral
   PlanMode mode = PlanMode::kTensorParallel;
+  // What the workers compute on: kCpu (Gloo collectives) or kCuda (NCCL). Every worker must
+  // register with this backend; the plan prices it.
+  BackendKind backend = BackendKind::kCpu;
   std::vector<uint64_t> caps;              // per-rank byte caps; empty = each worker's reported free memory
   int64_t max_seq_len = 0;                 // 0 = the model's max_position_embeddings
   int64_t max_batch = 16;                  // sequences running at once
@@ -41,6 +44,7 @@ struct CoordinatorOptions {
   std::chrono::milliseconds worker_timeout{60000};   // all workers registered and connected
   std::chrono::milliseconds load_timeout{600000};    // shards loaded
   std::chrono::milliseconds step_timeout{60000};     // one step on every rank
+  std::chrono::milliseconds comm_init_timeout{60000};  // a GPU group's NCCL set-up
 };
 
 class Coordinator {
@@ -65,6 +69,7 @@ class Coordinator {
 
  private:
   PlannerOptions planner_options(const std::vector<uint64_t>& caps) const;
+  absl::Status check_registrations() const;
   void on_group_failure(const absl::Status& status);
   void fill_worker_stats(v1::StatsResponse* response);
 
@@ -72,6 +77,8 @@ class Coordinator {
   std::optional<Tokenizer> tokenizer_;
   ModelFootprint footprint_;
   std::vector<RankPlan> plans_;
+  std::vector<uint64_t> caps_;                   // the caps the plan was made with
+  std::vector<pb::LoadResult> loaded_;           // what each rank reported after loading
   std::shared_ptr<WorkerGroup> group_;
   ControlService control_service_;
   std::unique_ptr<grpc::Server> control_server_;

@@ -17,7 +17,7 @@ void on_signal(int) { g_stop_signal = true; }
 
 int main(int argc, char** argv) {
   exl3::CoordinatorOptions o;
-  std::string mode = "tp", split;
+  std::string mode = "tp", split, backend = "cpu";
   CLI::App app{"exl3-coordinator: serves the gRPC generate API and drives workers that dial in"};
   app.add_option("--model", o.model_dir, "Model directory (config.json, *.safetensors, tokenizer.json)")->required();
   app.add_option("--world", o.world_size, "Number of workers that will register")->required()->check(CLI::PositiveNumber);
@@ -28,12 +28,17 @@ int main(int argc, char** argv) {
   app.add_option("--control-port", o.control_port, "Port of the control plane")->capture_default_str();
   app.add_option("--mode", mode, "Sharding: tp (tensor parallel) or layers (contiguous layer ranges)")
       ->check(CLI::IsMember({"tp", "layers"}))->capture_default_str();
+  app.add_option("--backend", backend,
+                 "What the workers compute on: cpu (Gloo collectives) or cuda (one GPU each, NCCL collectives); every "
+                 "worker must be started with the same --backend")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--split", split, "Per-worker memory caps in GiB, comma separated (default: each worker's free memory)");
   app.add_option("--max-seq-len", o.max_seq_len, "Longest sequence served, prompt + output (default: the model's)");
   app.add_option("--max-batch", o.max_batch, "Sequences running at once")->capture_default_str();
   app.add_option("--decode-steps", o.decode_steps, "Decode iterations per worker command")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   o.mode = *exl3::parse_plan_mode(mode);
+  o.backend = *exl3::parse_backend(backend);
   if (!split.empty()) {
     const auto gibs = exl3::parse_gib_list(split);
     if (!gibs.ok()) {
@@ -48,9 +53,9 @@ int main(int argc, char** argv) {
   absl::Status s = coordinator.start_control();
   if (s.ok()) {
     std::fprintf(stderr, "exl3-coordinator: control plane on %s:%d; start %d worker(s) with\n"
-                         "  exl3-worker --coordinator %s:%d --rank R --world %d\n",
+                         "  exl3-worker --coordinator %s:%d --rank R --world %d --backend %s\n",
                  o.control_host.c_str(), coordinator.control_port(), o.world_size, o.control_host.c_str(),
-                 coordinator.control_port(), o.world_size);
+                 coordinator.control_port(), o.world_size, backend.c_str());
     s = coordinator.start_serving();
   }
   if (!s.ok()) {

@@ -1,60 +1,75 @@
-// CPU backend attention: per KV head, gather the cached keys/values into contiguous rows and use
-// BLAS for Q·Kᵀ and P·V. Same contract as attention_ref, against which it is tested.
+// CPU backend attention for a batch of sequences: per sequence and KV head, gather the cached
+// keys/values into contiguous rows and use BLAS for Q·Kᵀ and P·V. Same contract as attention_ref,
+// against which it is tested.
 #include <cblas.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
 
-#include "kernels/ops.h"
+#include "kernels/cpu/cpu_ops.h"
 
 namespace exl3 {
+namespace {
 
-Tensor attention(const Tensor& q, const PagedKv& cache, std::span<const int32_t> page_table,
-                 std::span<const int32_t> positions) {
-  EXL3_CHECK(q.rank() == 3, "attention needs q [tokens, heads, head_dim]");
-  const int64_t tokens = q.dim(0), heads = q.dim(1), head_dim = q.dim(2);
-  const int64_t kv_heads = cache.k_pages.dim(2);
-  EXL3_CHECK(heads % kv_heads == 0 && cache.k_pages.dim(3) == head_dim, "attention: head layout");
-  EXL3_CHECK_EQ(static_cast<int64_t>(positions.size()), tokens);
-  Tensor out = Tensor::zeros(DType::kF32, q.shape());
-  if (tokens == 0) return out;
-  int64_t max_pos = 0;
-  for (int32_t p : positions) {
-    EXL3_CHECK(p >= 0 && p / cache.page_size < static_cast<int64_t>(page_table.size()), "position ", p);
-    max_pos = std::max<int64_t>(max_pos, p);
+void softmax_row(float* row, int64_t n) {
+  const float max = *std::max_element(row, row + n);
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    row[i] = std::exp(row[i] - max);
+    sum += row[i];
   }
-  const int64_t n_keys = max_pos + 1;
+  for (int64_t i = 0; i < n; ++i) row[i] /= sum;
+}
+
+// One sequence's tokens (consecutive rows `first`.. of q/out, positions `pos`).
+void attend_sequence(const float* q, const PagedKv& cache, const int32_t* pages, const int32_t* pos,
+                     int64_t tokens, int64_t heads, float* out) {
+  const int64_t kv_heads = cache.k_pages.dim(2), head_dim = cache.k_pages.dim(3);
+  const int64_t n_keys = *std::max_element(pos, pos + tokens) + 1;
   const int64_t group = heads / kv_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-  const float* kp = cache.k_pages.data<float>();
-  const float* vp = cache.v_pages.data<float>();
-
+  const float* kp = static_cast<const float*>(cache.k_pages.raw());
+  const float* vp = static_cast<const float*>(cache.v_pages.raw());
   std::vector<float> keys(n_keys * head_dim), values(n_keys * head_dim), scores(tokens * n_keys);
+  const int ld = static_cast<int>(heads * head_dim);
   for (int64_t kvh = 0; kvh < kv_heads; ++kvh) {
     for (int64_t p = 0; p < n_keys; ++p) {
-      const int64_t page = page_table[p / cache.page_size];
+      const int64_t page = pages[p / cache.page_size];
       const int64_t src = ((page * cache.page_size + p % cache.page_size) * kv_heads + kvh) * head_dim;
       std::copy_n(kp + src, head_dim, keys.data() + p * head_dim);
       std::copy_n(vp + src, head_dim, values.data() + p * head_dim);
     }
     for (int64_t h = kvh * group; h < (kvh + 1) * group; ++h) {
-      const float* qh = q.data<float>() + h * head_dim;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(tokens), static_cast<int>(n_keys),
-                  static_cast<int>(head_dim), scale, qh, static_cast<int>(heads * head_dim), keys.data(),
-                  static_cast<int>(head_dim), 0.0f, scores.data(), static_cast<int>(n_keys));
+                  static_cast<int>(head_dim), scale, q + h * head_dim, ld, keys.data(), static_cast<int>(head_dim),
+                  0.0f, scores.data(), static_cast<int>(n_keys));
       for (int64_t t = 0; t < tokens; ++t) {
         float* row = scores.data() + t * n_keys;
-        for (int64_t p = positions[t] + 1; p < n_keys; ++p) row[p] = -std::numeric_limits<float>::infinity();
-        softmax_ref(row, 1, n_keys);
+        for (int64_t p = pos[t] + 1; p < n_keys; ++p) row[p] = -std::numeric_limits<float>::infinity();
+        softmax_row(row, n_keys);
       }
-      float* oh = out.mutable_data<float>() + h * head_dim;
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(tokens), static_cast<int>(head_dim),
                   static_cast<int>(n_keys), 1.0f, scores.data(), static_cast<int>(n_keys), values.data(),
-                  static_cast<int>(head_dim), 0.0f, oh, static_cast<int>(heads * head_dim));
+                  static_cast<int>(head_dim), 0.0f, out + h * head_dim, ld);
     }
   }
-  return out;
+}
+
+}  // namespace
+
+void attention_cpu(const float* q, const PagedKv& cache, const CpuPagedBatch& b, int64_t heads, float* out) {
+  const int64_t row = heads * cache.k_pages.dim(3);
+  // Tokens of one sequence are consecutive in a batch; attend run by run.
+  int64_t first = 0;
+  while (first < b.tokens) {
+    int64_t end = first + 1;
+    while (end < b.tokens && b.token_seq[end] == b.token_seq[first]) ++end;
+    attend_sequence(q + first * row, cache, b.page_table + b.token_seq[first] * b.max_pages, b.positions + first,
+                    end - first, heads, out + first * row);
+    first = end;
+  }
 }
 
 }  // namespace exl3

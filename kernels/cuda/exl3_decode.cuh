@@ -21,12 +21,12 @@ struct Exl3DecodeParams {
 };
 
 // Contract (checked at entry, EXL3_CHECK aborts on violation):
-//   - trellis and out are non-null device pointers that do not overlap; trellis holds
-//     (k/16)·(n/16)·16·bits int16, out holds k·n halves;
-//   - k > 0, n > 0, k % 16 == 0, n % 16 == 0, (k/16)·(n/16) < 2^31 (one CUDA block per tile);
+//   - trellis and out are non-null device pointers that do not overlap; trellis is 4-byte
+//     aligned and holds (k/16)·(n/16)·16·bits int16, out holds k·n halves;
+//   - k > 0, n > 0, k % 16 == 0, n % 16 == 0, (k/16)·(n/16) / 8 < 2^31 (8 tiles per CUDA block);
 //   - bits in 1..8; codebook is one of the three of ops.h.
-// One block of 256 threads decodes one 16x16 tile, one thread per trellis position. Launch errors
-// are checked with cudaGetLastError; the kernel runs asynchronously on `stream`.
+// One warp decodes one 16x16 tile with the GEMM's tile decoder (exl3_tile.cuh), 8 positions per
+// lane. Launch errors are checked with cudaGetLastError; the kernel runs asynchronously on `stream`.
 void launch_exl3_decode(const Exl3DecodeParams& params, cudaStream_t stream);
 
 }  // namespace exl3

@@ -26,11 +26,17 @@ struct DeviceSampleRow {
   int32_t output_len;
 };
 
-// Contract: logits F32 [rows, vocab] (row stride `vocab`), vocab > 0; rows_params [rows];
-// history I32 (ids in [0, vocab)); out I32 [rows]; scratch as sample_scratch_bytes(rows, vocab).
-// Semantics exactly those of sampling_distribution + the inverse-CDF draw of sample_ref, but in
-// fp32: greedy rows return the same argmax (ties to the lowest id) as the reference; sampled rows
-// draw from a distribution within fp32 rounding of the reference one.
+// Contract: logits F32 [rows, vocab] (row stride `vocab`), 0 < vocab < 2^31 - 32; row_params
+// [rows], each row's SamplingParams validated (validate_sampling_params); history I32 (ids in
+// [0, vocab); may be null when every row has an empty history); out I32 [rows]; scratch (8-byte
+// aligned) of sample_scratch_bytes(rows, vocab), reused freely between launches; admissible, when
+// not null, U8 [rows, vocab] receives each row's admissible set (a test and debug aid; one more
+// pass over the row). Semantics those of sampling_distribution + the inverse-CDF draw of
+// sample_ref: penalised logits are the same fp64 values, so greedy rows return exactly the
+// reference argmax (ties to the lowest id) and the top-k ranking is exact; weights are fp64 and
+// sums exact fixed-point or fp64, so sampled rows draw from a distribution within fp64 rounding
+// of the reference one. Deterministic: no floating-point atomics, the same inputs give the same
+// tokens on every run and every rank.
 struct SampleParams {
   const float* logits = nullptr;
   int64_t rows = 0, vocab = 0;
@@ -38,8 +44,16 @@ struct SampleParams {
   const int32_t* history = nullptr;
   int32_t* out = nullptr;
   void* scratch = nullptr;
+  uint8_t* admissible = nullptr;
 };
 size_t sample_scratch_bytes(int64_t rows, int64_t vocab);
 void launch_sample(const SampleParams& p, cudaStream_t stream);
+
+// Test support: the device build of kernels/philox.h (the same constexpr code, compiled by nvcc),
+// for known-answer checks against the host. For i < n: blocks[i] = philox4x32_10(counters[i],
+// keys[i]) and uniforms[i] = philox_uniform(seeds[i], positions[i], kSampleStream). Device arrays.
+void launch_philox_check(const PhiloxCounter* counters, const PhiloxKey* keys, PhiloxCounter* blocks,
+                         const uint64_t* seeds, const uint64_t* positions, float* uniforms, int64_t n,
+                         cudaStream_t stream);
 
 }  // namespace exl3

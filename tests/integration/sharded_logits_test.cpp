@@ -55,7 +55,7 @@ TEST_P(ShardedLogits, MatchExLlamaV3AndSingleProcess) {
   ASSERT_TRUE(config.ok()) << config.status();
   auto tensors = SafetensorsCollection::open_dir(model_dir);
   ASSERT_TRUE(tensors.ok()) << tensors.status();
-  auto footprint = build_model_footprint(*config, Backend::kCpu, &*tensors);
+  auto footprint = build_model_footprint(*config, BackendKind::kCpu, &*tensors);
   ASSERT_TRUE(footprint.ok()) << footprint.status();
   PlannerOptions popts;
   popts.mode = c.mode;

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_ops.h"
 #include "kernels/ops.h"
 
 namespace exl3 {
@@ -107,7 +108,12 @@ TEST(DenseOps, BlasAttentionMatchesRef) {
   const std::vector<int32_t> first = {0, 1};
   kv_write_ref(cache, pages, first, random_tensor({2, kv_heads, head_dim}, 5), random_tensor({2, kv_heads, head_dim}, 6));
   const Tensor q = random_tensor({tokens, heads, head_dim}, 7);
-  EXPECT_LT(max_abs_diff(attention(q, cache, pages, positions), attention_ref(q, cache, pages, positions)), 1e-5f);
+  const std::vector<int32_t> token_seq(tokens, 0);
+  const CpuPagedBatch batch{positions.data(), token_seq.data(), pages.data(), tokens, 1,
+                            static_cast<int64_t>(pages.size())};
+  Tensor out = Tensor::zeros(DType::kF32, q.shape());
+  attention_cpu(q.data<float>(), cache, batch, heads, out.mutable_data<float>());
+  EXPECT_LT(max_abs_diff(out, attention_ref(q, cache, pages, positions)), 1e-5f);
 }
 
 }  // namespace

@@ -39,7 +39,7 @@ uint64_t llama_parameters(const ModelConfig& c) {
 }
 
 TEST(ModelFootprint, Llama3_8bUnitsAndCpuBytes) {
-  auto fp = build_model_footprint(llama3_8b(), Backend::kCpu);
+  auto fp = build_model_footprint(llama3_8b(), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   ASSERT_EQ(fp->layers.size(), 32u);
   const ComponentFootprint& a = fp->layers[5].attention;
@@ -64,7 +64,7 @@ TEST(ModelFootprint, Llama3_8bUnitsAndCpuBytes) {
 }
 
 TEST(ModelFootprint, Llama3_70bCpuBytes) {
-  auto fp = build_model_footprint(llama3_70b(), Backend::kCpu);
+  auto fp = build_model_footprint(llama3_70b(), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   EXPECT_EQ(fp->total_weight_bytes(), 4 * llama_parameters(llama3_70b()));
   EXPECT_EQ(fp->layers[0].attention.units, 8);
@@ -77,7 +77,7 @@ TEST(ModelFootprint, KvHeadGroupsFollowHeadDim) {
   EXPECT_EQ(kv_heads_per_unit(llama(1, 4096, 32, 8, 128, 512, 256)), 1);
   EXPECT_EQ(kv_heads_per_unit(llama(1, 4096, 16, 16, 256, 512, 256)), 1);
   // 6 KV heads of 96 cannot be cut on 128-feature boundaries except whole: one unit, and a note.
-  auto fp = build_model_footprint(llama(2, 576, 6, 6, 96, 512, 256), Backend::kCpu);
+  auto fp = build_model_footprint(llama(2, 576, 6, 6, 96, 512, 256), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   EXPECT_EQ(fp->layers[0].attention.units, 1);
   EXPECT_EQ(fp->layers[0].attention.unit_size, 6);
@@ -88,7 +88,7 @@ TEST(ModelFootprint, KvHeadGroupsFollowHeadDim) {
 TEST(ModelFootprint, PartialLastUnits) {
   ModelConfig c = llama(2, 512, 8, 4, 64, 1000, 32001);
   c.architecture = Architecture::kQwen2;  // q/k/v biases assumed without headers
-  auto fp = build_model_footprint(c, Backend::kCpu);
+  auto fp = build_model_footprint(c, BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   const ComponentFootprint& m = fp->layers[0].mlp;
   EXPECT_EQ(m.units, 8);
@@ -109,7 +109,7 @@ TEST(ModelFootprint, QkNormsGoWithAttention) {
   ModelConfig c = llama(2, 512, 8, 4, 64, 512, 1000);
   c.architecture = Architecture::kQwen3;
   c.qk_norm = true;
-  auto fp = build_model_footprint(c, Backend::kCpu);
+  auto fp = build_model_footprint(c, BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   const ComponentFootprint& a = fp->layers[0].attention;
   EXPECT_EQ(a.weight_bytes(0, 0), 0u);
@@ -120,17 +120,17 @@ TEST(ModelFootprint, QkNormsGoWithAttention) {
 TEST(ModelFootprint, TiedEmbeddingsGiveADenseHead) {
   ModelConfig c = llama(2, 512, 8, 4, 64, 512, 1000);
   c.tie_word_embeddings = true;
-  auto fp = build_model_footprint(c, Backend::kCpu);
+  auto fp = build_model_footprint(c, BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   EXPECT_TRUE(fp->head_from_embedding);
   EXPECT_EQ(fp->head.weight_bytes(0, fp->head.units), 4u * 512 * 1000);
 }
 
 TEST(ModelFootprint, BackendNamesAndCudaNeedsHeaders) {
-  EXPECT_EQ(*parse_backend("cpu"), Backend::kCpu);
-  EXPECT_EQ(*parse_backend("cuda"), Backend::kCuda);
+  EXPECT_EQ(*parse_backend("cpu"), BackendKind::kCpu);
+  EXPECT_EQ(*parse_backend("cuda"), BackendKind::kCuda);
   EXPECT_EQ(parse_backend("gpu").status().code(), absl::StatusCode::kInvalidArgument);
-  auto fp = build_model_footprint(llama3_8b(), Backend::kCuda);
+  auto fp = build_model_footprint(llama3_8b(), BackendKind::kCuda);
   EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -151,8 +151,8 @@ class FixtureFootprint : public ::testing::Test {
 };
 
 TEST_F(FixtureFootprint, CpuBytesMatchTheConfigAlone) {
-  auto with = build_model_footprint(config_, Backend::kCpu, tensors_.get());
-  auto without = build_model_footprint(config_, Backend::kCpu);
+  auto with = build_model_footprint(config_, BackendKind::kCpu, tensors_.get());
+  auto without = build_model_footprint(config_, BackendKind::kCpu);
   ASSERT_TRUE(with.ok()) << with.status();
   ASSERT_TRUE(without.ok()) << without.status();
   EXPECT_EQ(with->total_weight_bytes(), 4 * llama_parameters(config_));
@@ -168,7 +168,7 @@ TEST_F(FixtureFootprint, CpuBytesMatchTheConfigAlone) {
 // One rank holding everything must account for exactly the bytes in the file (every tensor,
 // codebook markers included): the CUDA backend keeps the tensors as stored.
 TEST_F(FixtureFootprint, CudaBytesAreTheStoredBytes) {
-  auto fp = build_model_footprint(config_, Backend::kCuda, tensors_.get());
+  auto fp = build_model_footprint(config_, BackendKind::kCuda, tensors_.get());
   ASSERT_TRUE(fp.ok()) << fp.status();
   uint64_t stored = 0;
   for (const std::string& name : tensors_->names()) {
@@ -197,7 +197,7 @@ TEST_F(FixtureFootprint, MissingTensorIsNamed) {
   ASSERT_TRUE(write_safetensors(dir + "/model.safetensors", tensors).ok());
   auto collection = SafetensorsCollection::open_dir(dir);
   ASSERT_TRUE(collection.ok()) << collection.status();
-  auto fp = build_model_footprint(config_, Backend::kCpu, &*collection);
+  auto fp = build_model_footprint(config_, BackendKind::kCpu, &*collection);
   ASSERT_EQ(fp.status().code(), absl::StatusCode::kNotFound) << fp.status();
   EXPECT_NE(fp.status().message().find("model.layers.2.mlp.up_proj"), std::string::npos) << fp.status();
 }

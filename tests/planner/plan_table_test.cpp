@@ -38,7 +38,7 @@ bool contains(const std::string& text, const std::string& needle) { return text.
 
 // --split 20,24 style caps for the fp32 CPU worker of an 8B model (about 32 GiB of weights).
 TEST(PlanTable, TensorParallelTwoRanks) {
-  auto fp = build_model_footprint(llama3_8b(), Backend::kCpu);
+  auto fp = build_model_footprint(llama3_8b(), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   const std::vector<uint64_t> caps = {gib_to_bytes(20), gib_to_bytes(24)};
   auto plans = plan_shards(*fp, options(PlanMode::kTensorParallel, caps));
@@ -54,7 +54,7 @@ TEST(PlanTable, TensorParallelTwoRanks) {
 }
 
 TEST(PlanTable, LayerSplitFourRanks) {
-  auto fp = build_model_footprint(llama3_8b(), Backend::kCpu);
+  auto fp = build_model_footprint(llama3_8b(), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   const std::vector<uint64_t> caps = {gib_to_bytes(8), gib_to_bytes(12), 0, gib_to_bytes(20)};
   auto plans = plan_shards(*fp, options(PlanMode::kLayers, caps));
@@ -69,7 +69,7 @@ TEST(PlanTable, LayerSplitFourRanks) {
 
 // Per-layer ranges that differ are printed as runs of layers, one per line.
 TEST(PlanTable, SummarisesRangesThatDifferBetweenLayers) {
-  auto fp = build_model_footprint(llama3_8b(), Backend::kCpu);
+  auto fp = build_model_footprint(llama3_8b(), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   const std::vector<uint64_t> caps = {gib_to_bytes(30), gib_to_bytes(30)};
   auto plans = plan_shards(*fp, options(PlanMode::kTensorParallel, caps));

@@ -259,7 +259,7 @@ std::vector<uint64_t> caps_for(const Case& k, PlanMode mode, const std::vector<d
 // Headroom that absorbs any rounding: one unit of every component on every rank (tp), one layer
 // plus the head and embedding (layers).
 uint64_t rounding_headroom(const Case& k, PlanMode mode) {
-  auto fp = build_model_footprint(k.config, Backend::kCpu);
+  auto fp = build_model_footprint(k.config, BackendKind::kCpu);
   EXPECT_TRUE(fp.ok());
   const int64_t tokens = k.options.cache_tokens();
   if (mode == PlanMode::kLayers) {
@@ -279,7 +279,7 @@ std::vector<double> one_to_three(int n) {
 }
 
 absl::StatusOr<std::vector<RankPlan>> plan(const Case& k, PlanMode mode, const std::vector<uint64_t>& caps) {
-  auto fp = build_model_footprint(k.config, Backend::kCpu);
+  auto fp = build_model_footprint(k.config, BackendKind::kCpu);
   if (!fp.ok()) return fp.status();
   PlannerOptions o = k.options;
   o.mode = mode;
@@ -296,7 +296,7 @@ PlannerOptions with(const Case& k, PlanMode mode, const std::vector<uint64_t>& c
 
 // tp: each component type's counts equal the largest-remainder shares of the rooms, in every layer.
 void check_tp_proportional(const Case& k, const std::vector<uint64_t>& caps, const std::vector<RankPlan>& plans) {
-  auto fp = build_model_footprint(k.config, Backend::kCpu);
+  auto fp = build_model_footprint(k.config, BackendKind::kCpu);
   ASSERT_TRUE(fp.ok());
   const uint64_t base = tp_base(k.config, k.options);
   std::vector<uint64_t> rooms;
@@ -318,7 +318,7 @@ void check_tp_proportional(const Case& k, const std::vector<uint64_t>& caps, con
 
 // layers: every boundary within one layer (plus the head at the end) of the proportional target.
 void check_layers_proportional(const Case& k, const std::vector<uint64_t>& caps, const std::vector<RankPlan>& plans) {
-  auto fp = build_model_footprint(k.config, Backend::kCpu);
+  auto fp = build_model_footprint(k.config, BackendKind::kCpu);
   ASSERT_TRUE(fp.ok());
   const int64_t tokens = k.options.cache_tokens();
   const uint64_t ws = whole_model(k.config, k.options).workspace;
@@ -529,7 +529,7 @@ TEST(ShardPlanner, TpRankBelowReplicatedParts) {
 TEST(ShardPlanner, LayersThatDoNotFitWhole) {
   int fragmented = 0;
   for (const Case& k : models()) {
-    auto fp = build_model_footprint(k.config, Backend::kCpu);
+    auto fp = build_model_footprint(k.config, BackendKind::kCpu);
     ASSERT_TRUE(fp.ok());
     const Priced whole = whole_model(k.config, k.options);
     const uint64_t layer = fp->layer_weight_bytes(0) + fp->layer_cache_bytes(0, k.options.cache_tokens());
@@ -584,7 +584,7 @@ TEST(ShardPlanner, CudaFootprintOfTheFixture) {
   ASSERT_TRUE(config.ok()) << config.status();
   auto tensors = SafetensorsCollection::open_dir(dir);
   ASSERT_TRUE(tensors.ok()) << tensors.status();
-  auto fp = build_model_footprint(*config, Backend::kCuda, &*tensors);
+  auto fp = build_model_footprint(*config, BackendKind::kCuda, &*tensors);
   ASSERT_TRUE(fp.ok()) << fp.status();
   const Case k{"fixture-cuda", *config, models()[2].options};
   const uint64_t stored = fp->total_weight_bytes();
@@ -629,7 +629,7 @@ TEST(ShardPlanner, TpRankBelowReplicatedPartsIsNamed) {
 
 TEST(ShardPlanner, RejectsBadOptions) {
   const Case k = models()[0];
-  auto fp = build_model_footprint(k.config, Backend::kCpu);
+  auto fp = build_model_footprint(k.config, BackendKind::kCpu);
   ASSERT_TRUE(fp.ok());
   PlannerOptions o = k.options;
   EXPECT_EQ(plan_shards(*fp, o).status().code(), absl::StatusCode::kInvalidArgument);  // no caps

@@ -34,7 +34,7 @@ void expect_worker_matches(PlanMode mode, const std::vector<double>& weights) {
   ASSERT_TRUE(config.ok()) << config.status();
   auto tensors = SafetensorsCollection::open_dir(dir);
   ASSERT_TRUE(tensors.ok()) << tensors.status();
-  auto fp = build_model_footprint(*config, Backend::kCpu, &*tensors);
+  auto fp = build_model_footprint(*config, BackendKind::kCpu, &*tensors);
   ASSERT_TRUE(fp.ok()) << fp.status();
 
   PlannerOptions o;
@@ -61,7 +61,7 @@ void expect_worker_matches(PlanMode mode, const std::vector<double>& weights) {
     // The worker adds q_norm.nbytes() * 2 per layer also when a model has no q/k norms, and an
     // undefined Tensor reports 4 bytes (shape {} is a scalar): 8 bytes per held layer too many.
     EXPECT_EQ((*model)->allocated_bytes(), p.weight_bytes);
-    EXPECT_EQ(KvCache::bytes_for((*model)->cache_shape(p.num_pages, p.page_size)), p.cache_bytes);
+    EXPECT_EQ(KvCache::bytes_for((*model)->cache_shape(p.num_pages, p.page_size), sizeof(float)), p.cache_bytes);
   }
 }
 

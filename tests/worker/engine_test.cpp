@@ -22,7 +22,9 @@ std::vector<std::vector<int32_t>> fixture_prompts() {
 std::unique_ptr<Engine> make_engine(int64_t pages, int64_t page_size) {
   auto model = LlamaModel::load(testing::source_path("models/exl3-4.0bpw"));
   EXL3_CHECK_OK(model.status());
-  return std::make_unique<Engine>(*std::move(model), EngineOptions{pages, page_size}, nullptr);
+  auto engine = Engine::create(*std::move(model), EngineOptions{pages, page_size}, nullptr);
+  EXL3_CHECK_OK(engine.status());
+  return *std::move(engine);
 }
 
 std::vector<int32_t> greedy_by_recompute(const LlamaModel& model, std::vector<int32_t> ids, int steps) {

@@ -118,7 +118,7 @@ TEST(LlamaModel, IncrementalDecodeMatchesFullRecompute) {
   std::vector<int32_t> seq = row_ids(*(*ref)->get("input_ids"), 1);
   const int64_t prompt = static_cast<int64_t>(seq.size()), steps = 64, page_size = 16, vocab = 4096;
 
-  KvCache cache((*model)->cache_shape(/*num_pages=*/16, page_size));
+  KvCache cache((*model)->cache_shape(/*num_pages=*/16, page_size), (*model)->backend());
   PageTable decoy, table;
   ASSERT_TRUE(cache.reserve(decoy, 20).ok());  // take two pages first so the table is not 0,1,2,...
   ASSERT_TRUE(cache.reserve(table, prompt).ok());

@@ -32,17 +32,6 @@ absl::StatusOr<LinearSlice> resolve(const std::string& prefix, LinearSlice s, in
   return s;
 }
 
-// Copies rows [r0, r0 + rows) and columns [c0, c0 + cols) of a row-major fp32 matrix.
-Tensor sub_matrix(const Tensor& m, int64_t r0, int64_t rows, int64_t c0, int64_t cols) {
-  if (r0 == 0 && c0 == 0 && m.dim(0) == rows && m.dim(1) == cols) return m;
-  Tensor out = Tensor::zeros(DType::kF32, {rows, cols});
-  const int64_t full_cols = m.dim(1);
-  for (int64_t r = 0; r < rows; ++r) {
-    std::copy_n(m.data<float>() + (r0 + r) * full_cols + c0, cols, out.mutable_data<float>() + r * cols);
-  }
-  return out;
-}
-
 // Copies elements [begin, end) of a 1-D tensor (any dtype).
 Tensor sub_vector(const Tensor& v, int64_t begin, int64_t end) {
   Tensor out = Tensor::zeros(v.dtype(), {end - begin});
@@ -91,8 +80,17 @@ bool is_exl3_linear(const SafetensorsCollection& tensors, const std::string& pre
   return tensors.has(prefix + ".trellis") && tensors.has(prefix + ".suh") && tensors.has(prefix + ".svh");
 }
 
+absl::StatusOr<Linear> Linear::prepare(const HostLinear& host, LinearInfo info, const std::string& name,
+                                       Backend& backend) {
+  Linear lin;
+  lin.info_ = info;
+  EXL3_ASSIGN_OR_RETURN(lin.weights_, backend.prepare_linear(host, name));
+  lin.info_.allocated_bytes = lin.weights_.bytes;
+  return lin;
+}
+
 absl::StatusOr<Linear> Linear::load(const SafetensorsCollection& t, const std::string& prefix, int64_t in_features,
-                                    int64_t out_features, LinearSlice slice) {
+                                    int64_t out_features, LinearSlice slice, Backend& backend) {
   EXL3_ASSIGN_OR_RETURN(const LinearSlice s, resolve(prefix, slice, in_features, out_features));
   if (!is_exl3_linear(t, prefix)) {
     if (t.has(prefix + ".trellis") || t.has(prefix + ".su") || t.has(prefix + ".sv")) {
@@ -104,13 +102,10 @@ absl::StatusOr<Linear> Linear::load(const SafetensorsCollection& t, const std::s
       return absl::NotFoundError(absl::StrCat("missing tensor \"", prefix, ".weight\" (and no EXL3 \"", prefix,
                                               ".trellis\")"));
     }
-    EXL3_ASSIGN_OR_RETURN(Linear lin, load_dense(t, prefix + ".weight", in_features, out_features, s));
-    EXL3_ASSIGN_OR_RETURN(lin.bias_, load_bias(t, prefix, out_features, s));
-    if (lin.bias_.defined()) {
-      lin.info_.stored_bytes += lin.bias_.numel() * dtype_size(t.find(prefix + ".bias")->dtype);
-      lin.info_.allocated_bytes += lin.bias_.nbytes();
-    }
-    return lin;
+    EXL3_ASSIGN_OR_RETURN(Tensor bias, load_bias(t, prefix, out_features, s));
+    const DType bias_dtype = bias.defined() ? t.find(prefix + ".bias")->dtype : DType::kF32;
+    return load_dense_with_bias(t, prefix + ".weight", in_features, out_features, s, std::move(bias), bias_dtype,
+                                backend);
   }
 
   const std::string trellis_name = prefix + ".trellis";
@@ -157,30 +152,32 @@ absl::StatusOr<Linear> Linear::load(const SafetensorsCollection& t, const std::s
     }
   }
 
-  Linear lin;
-  lin.info_.exl3 = true;
-  lin.info_.bits = w.bits;
-  lin.info_.codebook = w.codebook;
-  lin.info_.in_features = s.in_end - s.in_begin;
-  lin.info_.out_features = s.out_end - s.out_begin;
-  lin.info_.stored_bytes = w.trellis.nbytes() + w.suh.nbytes() + w.svh.nbytes();
-  if (lin.info_.in_features > 0 && lin.info_.out_features > 0) {
-    lin.weight_ = sub_matrix(exl3_dequantize_ref(w), 0, lin.info_.in_features, 0, lin.info_.out_features);
-  } else {
-    lin.weight_ = Tensor::zeros(DType::kF32, {lin.info_.in_features, lin.info_.out_features});
-  }
-  lin.info_.allocated_bytes = lin.weight_.nbytes();
-  EXL3_ASSIGN_OR_RETURN(lin.bias_, load_bias(t, prefix, out_features, s));
-  if (lin.bias_.defined()) {
-    lin.info_.stored_bytes += lin.bias_.numel() * 2;
-    lin.info_.allocated_bytes += lin.bias_.nbytes();
-  }
-  return lin;
+  LinearInfo info;
+  info.exl3 = true;
+  info.bits = w.bits;
+  info.codebook = w.codebook;
+  info.in_features = s.in_end - s.in_begin;
+  info.out_features = s.out_end - s.out_begin;
+  info.stored_bytes = w.trellis.nbytes() + w.suh.nbytes() + w.svh.nbytes();
+  HostLinear host;
+  host.in_features = info.in_features;
+  host.out_features = info.out_features;
+  host.is_exl3 = true;
+  host.exl3 = std::move(w);
+  EXL3_ASSIGN_OR_RETURN(host.bias, load_bias(t, prefix, out_features, s));
+  if (host.bias.defined()) info.stored_bytes += host.bias.numel() * 2;
+  return prepare(host, info, prefix, backend);
 }
 
 absl::StatusOr<Linear> Linear::load_dense(const SafetensorsCollection& t, const std::string& name, int64_t in_features,
-                                          int64_t out_features, LinearSlice slice) {
+                                          int64_t out_features, LinearSlice slice, Backend& backend) {
   EXL3_ASSIGN_OR_RETURN(const LinearSlice s, resolve(name, slice, in_features, out_features));
+  return load_dense_with_bias(t, name, in_features, out_features, s, Tensor(), DType::kF32, backend);
+}
+
+absl::StatusOr<Linear> Linear::load_dense_with_bias(const SafetensorsCollection& t, const std::string& name,
+                                                    int64_t in_features, int64_t out_features, const LinearSlice& s,
+                                                    Tensor bias, DType bias_stored_dtype, Backend& backend) {
   EXL3_ASSIGN_OR_RETURN(Tensor w, t.get(name));
   if (w.dtype() != DType::kF16 && w.dtype() != DType::kBF16 && w.dtype() != DType::kF32) {
     return tensor_error(t, name, absl::StrCat("has dtype ", dtype_name(w.dtype()), ", expected F16, BF16 or F32"));
@@ -191,36 +188,25 @@ absl::StatusOr<Linear> Linear::load_dense(const SafetensorsCollection& t, const 
                                               in_features, "]"));
   }
   const int64_t rows = s.in_end - s.in_begin, cols = s.out_end - s.out_begin;
-  Linear lin;
-  lin.info_.bits = w.dtype() == DType::kF32 ? 32 : 16;
-  lin.info_.in_features = rows;
-  lin.info_.out_features = cols;
-  lin.info_.stored_bytes = static_cast<uint64_t>(rows * cols) * dtype_size(w.dtype());
-  lin.weight_ = Tensor::zeros(DType::kF32, {rows, cols});
-  // Convert only the held (out, in) block, transposing into [in, out].
-  const Tensor block = sub_matrix(w.reshape({w.dim(0) * in_features}).to_f32().reshape({w.dim(0), in_features}),
-                                  s.out_begin, cols, s.in_begin, rows);
-  float* dst = lin.weight_.mutable_data<float>();
-  const float* src = block.data<float>();
+  LinearInfo info;
+  info.bits = w.dtype() == DType::kF32 ? 32 : 16;
+  info.in_features = rows;
+  info.out_features = cols;
+  info.stored_bytes = static_cast<uint64_t>(rows * cols) * dtype_size(w.dtype());
+  HostLinear host;
+  host.in_features = rows;
+  host.out_features = cols;
+  // Only the held (out, in) block is copied out of the mapped file, in its stored dtype.
+  host.dense = Tensor::zeros(w.dtype(), {cols, rows});
+  const size_t es = dtype_size(w.dtype());
+  const auto* src = static_cast<const uint8_t*>(w.raw());
+  auto* dst = static_cast<uint8_t*>(host.dense.mutable_raw());
   for (int64_t o = 0; o < cols; ++o) {
-    for (int64_t i = 0; i < rows; ++i) dst[i * cols + o] = src[o * rows + i];
+    std::memcpy(dst + o * rows * es, src + ((s.out_begin + o) * in_features + s.in_begin) * es, rows * es);
   }
-  lin.info_.allocated_bytes = lin.weight_.nbytes();
-  return lin;
-}
-
-Tensor Linear::forward(const Tensor& x) const {
-  EXL3_CHECK(x.rank() == 2 && x.dim(1) == info_.in_features, "linear input ", shape_string(x.shape()), ", expected [m, ",
-             info_.in_features, "]");
-  Tensor y = matmul(x, weight_);
-  if (bias_.defined()) {
-    float* out = y.mutable_data<float>();
-    const float* b = bias_.data<float>();
-    for (int64_t r = 0; r < y.dim(0); ++r) {
-      for (int64_t c = 0; c < info_.out_features; ++c) out[r * info_.out_features + c] += b[c];
-    }
-  }
-  return y;
+  host.bias = std::move(bias);
+  if (host.bias.defined()) info.stored_bytes += host.bias.numel() * dtype_size(bias_stored_dtype);
+  return prepare(host, info, name, backend);
 }
 
 }  // namespace exl3

@@ -1,12 +1,13 @@
 // Linear: one projection y = x · W (+ b) of a model, loaded from EXL3 tensors (§2.1 of
-// exl3-format.md: trellis + suh + svh [+ mcg|mul1] [+ bias]) or from a dense HF weight (out, in).
-// The CPU backend dequantizes EXL3 weights once at load and multiplies with BLAS.
+// exl3-format.md: trellis + suh + svh [+ mcg|mul1] [+ bias]) or from a dense HF weight (out, in),
+// validated on the host (only the held slice is read) and handed to a Backend, which keeps it in
+// its own resident form (CPU: dequantized fp32; CUDA: the trellis).
 #pragma once
 
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 #include "worker/loader/safetensors.h"
 
 namespace exl3 {
@@ -38,20 +39,24 @@ class Linear {
   // (`prefix.bias`) is loaded for the slice's outputs, on the slice that starts at input 0 only
   // (row-split partial sums add it once).
   static absl::StatusOr<Linear> load(const SafetensorsCollection& tensors, const std::string& prefix,
-                                     int64_t in_features, int64_t out_features, LinearSlice slice = {});
+                                     int64_t in_features, int64_t out_features, LinearSlice slice, Backend& backend);
   // A dense linear from an HF-layout (out, in) matrix tensor, e.g. tied embeddings used as the head.
   static absl::StatusOr<Linear> load_dense(const SafetensorsCollection& tensors, const std::string& weight_name,
-                                           int64_t in_features, int64_t out_features, LinearSlice slice = {});
+                                           int64_t in_features, int64_t out_features, LinearSlice slice,
+                                           Backend& backend);
 
-  // x [m, in_features] -> [m, out_features].
-  Tensor forward(const Tensor& x) const;
   const LinearInfo& info() const { return info_; }
-  const Tensor& weight() const { return weight_; }  // F32 [in_features, out_features]
+  const LinearWeights& weights() const { return weights_; }
 
  private:
+  static absl::StatusOr<Linear> load_dense_with_bias(const SafetensorsCollection& tensors, const std::string& name,
+                                                     int64_t in_features, int64_t out_features, const LinearSlice& s,
+                                                     Tensor bias, DType bias_stored_dtype, Backend& backend);
+  static absl::StatusOr<Linear> prepare(const HostLinear& host, LinearInfo info, const std::string& name,
+                                        Backend& backend);
+
   LinearInfo info_;
-  Tensor weight_;
-  Tensor bias_;  // F32 [out_features], or undefined
+  LinearWeights weights_;
 };
 
 // True when `prefix` is stored as EXL3 (trellis, suh and svh present).

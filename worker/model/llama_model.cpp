@@ -7,7 +7,7 @@ namespace exl3 {
 namespace {
 
 absl::StatusOr<Tensor> load_vector(const SafetensorsCollection& t, const std::string& name, int64_t size,
-                                   uint64_t& stored) {
+                                   uint64_t& stored, Backend& backend) {
   EXL3_ASSIGN_OR_RETURN(Tensor w, t.get(name));
   if (w.dtype() != DType::kF16 && w.dtype() != DType::kBF16 && w.dtype() != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat(t.file_of(name), ": tensor \"", name, "\" has dtype ",
@@ -18,25 +18,32 @@ absl::StatusOr<Tensor> load_vector(const SafetensorsCollection& t, const std::st
                                                    shape_string(w.shape()), ", expected [", size, "]"));
   }
   stored += w.nbytes();
-  return w.to_f32();
-}
-
-// Rows [begin, begin + count) of a [rows, ...] tensor, as a new tensor of shape [count, ...].
-Tensor take_rows(const Tensor& t, int64_t begin, int64_t count) {
-  Shape shape = t.shape();
-  const int64_t row = t.numel() / shape[0];
-  shape[0] = count;
-  Tensor out = Tensor::zeros(DType::kF32, shape);
-  std::copy_n(t.data<float>() + begin * row, count * row, out.mutable_data<float>());
-  return out;
-}
-
-absl::Status all_reduce(Communicator* comm, Tensor& t) {
-  if (comm == nullptr || comm->world_size() == 1) return absl::OkStatus();
-  return comm->all_reduce_sum(std::span<float>(t.mutable_data<float>(), t.numel()));
+  return backend.prepare_tensor(w, DType::kF32, name);
 }
 
 }  // namespace
+
+// Sizes of one step: n tokens of s sequences with page tables of p pages, r logits rows.
+struct LlamaModel::StepDims {
+  int64_t tokens = 0, seqs = 0, pages = 0, logit_rows = 0;
+};
+
+// Every buffer one step uses, taken from the workspace in one fixed order (so sizes and offsets
+// follow from StepDims alone). Layer buffers are sized for the widest layer and reused.
+struct LlamaModel::StepBuffers {
+  StepMeta meta;
+  Tensor x;                // F32 [n, hidden], the residual stream
+  Tensor h;                // A [n, hidden], normed input of attention / MLP
+  Tensor q, k, v, attn;    // A [n, heads * hd], [n, kv * hd] x2, [n, heads * hd]
+  Tensor proj;             // F32 [n, hidden], o_proj / down_proj output
+  Tensor gate, up, act;    // A [n, mlp columns]
+  Tensor selected;         // F32 [r, hidden]
+  Tensor normed;           // A [r, hidden]
+  Tensor logits;           // F32 [r, local vocab]
+  Tensor gathered;         // F32 [r * vocab] (tensor parallel over several ranks)
+  Tensor widths;           // F32 [1] and [world]: the head widths exchanged once
+  Tensor all_widths;
+};
 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& model_dir,
                                                              const LoadProgress& progress) {
@@ -47,21 +54,34 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load(const std::string& 
 absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load_shard(const std::string& model_dir,
                                                                    const ModelShard& shard,
                                                                    const LoadProgress& progress) {
+  return load_shard(model_dir, shard, std::shared_ptr<Backend>(make_cpu_backend()), progress);
+}
+
+absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load_shard(const std::string& model_dir,
+                                                                   const ModelShard& shard,
+                                                                   std::shared_ptr<Backend> backend,
+                                                                   const LoadProgress& progress) {
   std::unique_ptr<LlamaModel> model(new LlamaModel());
   EXL3_ASSIGN_OR_RETURN(model->config_, load_model_config(model_dir));
   EXL3_RETURN_IF_ERROR(shard.validate(model->config_));
   model->shard_ = shard;
+  model->backend_ = std::move(backend);
   model->rope_ = compute_rope(model->config_);
   EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(model_dir));
+  const uint64_t before = model->backend_->allocated_bytes();
   EXL3_RETURN_IF_ERROR(model->load_weights(tensors, progress));
+  model->allocated_bytes_ = model->backend_->allocated_bytes() - before;
+  const Tensor inv_freq = Tensor::from_vector(model->rope_.inv_freq, {static_cast<int64_t>(model->rope_.inv_freq.size())});
+  EXL3_ASSIGN_OR_RETURN(model->inv_freq_, model->backend_->prepare_tensor(inv_freq, DType::kF32, "rope inv_freq"));
   return model;
 }
 
 absl::Status LlamaModel::load_weights(const SafetensorsCollection& t, const LoadProgress& progress) {
   const ModelConfig& c = config_;
   const ModelShard& s = shard_;
+  Backend& be = *backend_;
   const int64_t total = (s.end_layer - s.first_layer) + 2;
-  uint64_t stored = 0, allocated = 0;
+  uint64_t stored = 0;
 
   const std::string embed_name = "model.embed_tokens.weight";
   if (s.has_embedding) {
@@ -73,8 +93,9 @@ absl::Status LlamaModel::load_weights(const SafetensorsCollection& t, const Load
                                                      ", expected F16/BF16/F32 [", c.vocab_size, ", ", c.hidden_size, "]"));
     }
     stored += e.nbytes();
-    embedding_ = e.to_f32();
-    allocated += embedding_.nbytes();
+    // The CPU backend computes in fp32; a device backend keeps the stored 16-bit table.
+    const DType dtype = be.activation_dtype() == DType::kF32 ? DType::kF32 : e.dtype();
+    EXL3_ASSIGN_OR_RETURN(embedding_, be.prepare_tensor(e, dtype, embed_name));
   }
   if (progress) progress(1, total);
 
@@ -85,15 +106,14 @@ absl::Status LlamaModel::load_weights(const SafetensorsCollection& t, const Load
     const std::string p = absl::StrCat("model.layers.", i, ".");
     const LayerSlice& sl = s.slice(i);
     DecoderLayer layer;
-    EXL3_ASSIGN_OR_RETURN(layer.input_norm, load_vector(t, p + "input_layernorm.weight", c.hidden_size, stored));
-    EXL3_ASSIGN_OR_RETURN(layer.post_norm, load_vector(t, p + "post_attention_layernorm.weight", c.hidden_size, stored));
+    EXL3_ASSIGN_OR_RETURN(layer.input_norm, load_vector(t, p + "input_layernorm.weight", c.hidden_size, stored, be));
+    EXL3_ASSIGN_OR_RETURN(layer.post_norm, load_vector(t, p + "post_attention_layernorm.weight", c.hidden_size, stored, be));
     layer.kv_heads = sl.kv_head_end - sl.kv_head_begin;
     layer.heads = layer.kv_heads * group;
     if (c.qk_norm && layer.heads > 0) {
-      EXL3_ASSIGN_OR_RETURN(layer.q_norm, load_vector(t, p + "self_attn.q_norm.weight", hd, stored));
-      EXL3_ASSIGN_OR_RETURN(layer.k_norm, load_vector(t, p + "self_attn.k_norm.weight", hd, stored));
+      EXL3_ASSIGN_OR_RETURN(layer.q_norm, load_vector(t, p + "self_attn.q_norm.weight", hd, stored, be));
+      EXL3_ASSIGN_OR_RETURN(layer.k_norm, load_vector(t, p + "self_attn.k_norm.weight", hd, stored, be));
     }
-    allocated += layer.input_norm.nbytes() + layer.post_norm.nbytes() + layer.q_norm.nbytes() * 2;
     struct Spec {
       Linear* dst;
       const char* name;
@@ -119,9 +139,8 @@ absl::Status LlamaModel::load_weights(const SafetensorsCollection& t, const Load
                                                      "\" is stored in MLP slices (intermediate_size > 55296), not supported yet"));
       }
       if (!sp.held) continue;
-      EXL3_ASSIGN_OR_RETURN(*sp.dst, Linear::load(t, p + sp.name, sp.in, sp.out, sp.slice));
+      EXL3_ASSIGN_OR_RETURN(*sp.dst, Linear::load(t, p + sp.name, sp.in, sp.out, sp.slice, be));
       stored += sp.dst->info().stored_bytes;
-      allocated += sp.dst->info().allocated_bytes;
       if (sp.dst->info().exl3) {
         const double n = static_cast<double>(sp.dst->info().in_features) * sp.dst->info().out_features;
         bits_weighted += sp.dst->info().bits * n;
@@ -134,22 +153,19 @@ absl::Status LlamaModel::load_weights(const SafetensorsCollection& t, const Load
   decoder_bpw_ = weights > 0 ? bits_weighted / weights : 0.0;
 
   if (s.has_head) {
-    EXL3_ASSIGN_OR_RETURN(final_norm_, load_vector(t, "model.norm.weight", c.hidden_size, stored));
-    allocated += final_norm_.nbytes();
+    EXL3_ASSIGN_OR_RETURN(final_norm_, load_vector(t, "model.norm.weight", c.hidden_size, stored, be));
     const LinearSlice head_slice{0, -1, s.vocab_begin, s.vocab_end};
     if (t.has("lm_head.trellis") || t.has("lm_head.weight")) {
-      EXL3_ASSIGN_OR_RETURN(lm_head_, Linear::load(t, "lm_head", c.hidden_size, c.vocab_size, head_slice));
+      EXL3_ASSIGN_OR_RETURN(lm_head_, Linear::load(t, "lm_head", c.hidden_size, c.vocab_size, head_slice, be));
     } else if (c.tie_word_embeddings) {
-      EXL3_ASSIGN_OR_RETURN(lm_head_, Linear::load_dense(t, embed_name, c.hidden_size, c.vocab_size, head_slice));
+      EXL3_ASSIGN_OR_RETURN(lm_head_, Linear::load_dense(t, embed_name, c.hidden_size, c.vocab_size, head_slice, be));
     } else {
       return absl::NotFoundError("missing tensor \"lm_head.weight\" (tie_word_embeddings is false)");
     }
     stored += lm_head_.info().stored_bytes;
-    allocated += lm_head_.info().allocated_bytes;
   }
   if (progress) progress(total, total);
   stored_bytes_ = stored;
-  allocated_bytes_ = allocated;
   return absl::OkStatus();
 }
 
@@ -163,136 +179,265 @@ KvCacheShape LlamaModel::cache_shape(int64_t num_pages, int64_t page_size) const
   return shape;
 }
 
-absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Tensor& x,
-                                   std::span<const BatchEntry> batch, std::span<const int32_t> positions,
+absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::take_buffers(const StepDims& d) const {
+  const ModelConfig& c = config_;
+  const DType a = backend_->activation_dtype();
+  int64_t heads = 0, kv = 0, mlp = 0;
+  for (const LayerSlice& sl : shard_.layers) {
+    kv = std::max(kv, sl.kv_head_end - sl.kv_head_begin);
+    mlp = std::max(mlp, sl.mlp_end - sl.mlp_begin);
+  }
+  heads = kv * (c.num_heads / c.num_kv_heads);
+  const int64_t n = d.tokens, r = d.logit_rows, hd = c.head_dim;
+  const int64_t local_vocab = shard_.has_head ? shard_.vocab_end - shard_.vocab_begin : 0;
+  const bool gather = shard_.mode == ShardMode::kTensorParallel && shard_.world_size > 1 && shard_.has_head;
+  Workspace& w = workspace_;
+  StepBuffers b;
+  EXL3_ASSIGN_OR_RETURN(b.meta.tokens, w.take(DType::kI32, {n}, "token ids"));
+  EXL3_ASSIGN_OR_RETURN(b.meta.positions, w.take(DType::kI32, {n}, "positions"));
+  EXL3_ASSIGN_OR_RETURN(b.meta.token_seq, w.take(DType::kI32, {n}, "token sequences"));
+  EXL3_ASSIGN_OR_RETURN(b.meta.page_table, w.take(DType::kI32, {d.seqs, d.pages}, "page tables"));
+  EXL3_ASSIGN_OR_RETURN(b.meta.logit_rows, w.take(DType::kI32, {r}, "logits rows"));
+  EXL3_ASSIGN_OR_RETURN(b.x, w.take(DType::kF32, {n, c.hidden_size}, "hidden state"));
+  EXL3_ASSIGN_OR_RETURN(b.h, w.take(a, {n, c.hidden_size}, "normed hidden state"));
+  EXL3_ASSIGN_OR_RETURN(b.q, w.take(a, {n, heads, hd}, "queries"));
+  EXL3_ASSIGN_OR_RETURN(b.k, w.take(a, {n, kv, hd}, "keys"));
+  EXL3_ASSIGN_OR_RETURN(b.v, w.take(a, {n, kv, hd}, "values"));
+  EXL3_ASSIGN_OR_RETURN(b.attn, w.take(a, {n, heads * hd}, "attention output"));
+  EXL3_ASSIGN_OR_RETURN(b.proj, w.take(DType::kF32, {n, c.hidden_size}, "projection output"));
+  EXL3_ASSIGN_OR_RETURN(b.gate, w.take(a, {n, mlp}, "MLP gate"));
+  EXL3_ASSIGN_OR_RETURN(b.up, w.take(a, {n, mlp}, "MLP up"));
+  EXL3_ASSIGN_OR_RETURN(b.act, w.take(a, {n, mlp}, "MLP activation"));
+  EXL3_ASSIGN_OR_RETURN(b.selected, w.take(DType::kF32, {r, c.hidden_size}, "head input rows"));
+  EXL3_ASSIGN_OR_RETURN(b.normed, w.take(a, {r, c.hidden_size}, "normed head input"));
+  EXL3_ASSIGN_OR_RETURN(b.logits, w.take(DType::kF32, {r, local_vocab}, "logits"));
+  EXL3_ASSIGN_OR_RETURN(b.gathered, w.take(DType::kF32, {gather ? r * c.vocab_size : 0}, "gathered logits"));
+  EXL3_ASSIGN_OR_RETURN(b.widths, w.take(DType::kF32, {1}, "head width"));
+  EXL3_ASSIGN_OR_RETURN(b.all_widths, w.take(DType::kF32, {shard_.world_size}, "head widths"));
+  b.meta.num_tokens = n;
+  b.meta.num_seqs = d.seqs;
+  b.meta.max_pages = d.pages;
+  b.meta.num_logit_rows = r;
+  return b;
+}
+
+uint64_t LlamaModel::workspace_bytes_for(const StepLimits& limits) const {
+  // Replays take_buffers' sizes on a counting arena: one source of truth for the layout.
+  const DType a = backend_->activation_dtype();
+  const ModelConfig& c = config_;
+  int64_t kv = 0, mlp = 0;
+  for (const LayerSlice& sl : shard_.layers) {
+    kv = std::max(kv, sl.kv_head_end - sl.kv_head_begin);
+    mlp = std::max(mlp, sl.mlp_end - sl.mlp_begin);
+  }
+  const int64_t heads = kv * (c.num_heads / c.num_kv_heads), hd = c.head_dim;
+  const int64_t n = limits.max_step_tokens, r = limits.max_logit_rows;
+  const int64_t local_vocab = shard_.has_head ? shard_.vocab_end - shard_.vocab_begin : 0;
+  const bool gather = shard_.mode == ShardMode::kTensorParallel && shard_.world_size > 1 && shard_.has_head;
+  const uint64_t as = dtype_size(a);
+  const uint64_t sizes[] = {
+      4ull * n, 4ull * n, 4ull * n, 4ull * limits.max_seqs * limits.max_pages_per_seq, 4ull * r,
+      4ull * n * c.hidden_size, as * n * c.hidden_size, as * n * heads * hd, as * n * kv * hd, as * n * kv * hd,
+      as * n * heads * hd, 4ull * n * c.hidden_size, as * n * mlp, as * n * mlp, as * n * mlp,
+      4ull * r * c.hidden_size, as * r * c.hidden_size, 4ull * r * local_vocab, 4ull * (gather ? r * c.vocab_size : 0),
+      4ull, 4ull * shard_.world_size};
+  uint64_t total = 0;
+  for (uint64_t s : sizes) total += Workspace::aligned(s);
+  return total;
+}
+
+absl::Status LlamaModel::reserve_limits(const StepLimits& limits) const {
+  if (limits.max_step_tokens < 1 || limits.max_seqs < 1 || limits.max_pages_per_seq < 1 || limits.max_logit_rows < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("model limits must be >= 1: ", limits.max_step_tokens, " tokens, ",
+                                                   limits.max_seqs, " sequences, ", limits.max_pages_per_seq,
+                                                   " pages, ", limits.max_logit_rows, " logits rows"));
+  }
+  workspace_ = Workspace();  // frees the old arena first
+  EXL3_ASSIGN_OR_RETURN(workspace_, Workspace::create(*backend_, workspace_bytes_for(limits)));
+  int64_t widest = config_.hidden_size;
+  for (const DecoderLayer& l : layers_) {
+    for (const Linear* lin : {&l.q, &l.k, &l.v, &l.o, &l.gate, &l.up, &l.down}) {
+      widest = std::max({widest, lin->info().in_features, lin->info().out_features});
+    }
+  }
+  if (shard_.has_head) widest = std::max(widest, lm_head_.info().out_features);
+  EXL3_RETURN_IF_ERROR(backend_->reserve_scratch(limits.max_step_tokens, (widest + 127) / 128 * 128));
+  limits_ = limits;
+  return absl::OkStatus();
+}
+
+absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, StepBuffers& b, const StepMeta& meta,
                                    KvCache& cache, Communicator* comm) const {
   const ModelConfig& c = config_;
-  const int64_t n = x.dim(0), hd = c.head_dim;
+  Backend& be = *backend_;
+  const int64_t n = meta.num_tokens, hd = c.head_dim;
   const float eps = static_cast<float>(c.rms_norm_eps);
-  const bool tensor_parallel = shard_.mode == ShardMode::kTensorParallel;
+  const bool tensor_parallel = shard_.mode == ShardMode::kTensorParallel && comm != nullptr && comm->world_size() > 1;
 
-  Tensor attn_out = Tensor::zeros(DType::kF32, {n, c.hidden_size});
+  Tensor proj = b.proj;
   if (layer.heads > 0) {
-    const Tensor h = rms_norm_ref(x, layer.input_norm, eps);
-    Tensor q = layer.q.forward(h).reshape({n, layer.heads, hd});
-    Tensor k = layer.k.forward(h).reshape({n, layer.kv_heads, hd});
-    Tensor v = layer.v.forward(h).reshape({n, layer.kv_heads, hd});
+    Tensor h = b.h;
+    be.rms_norm(b.x, layer.input_norm, eps, h);
+    Tensor q = b.q.view_bytes(0, b.q.dtype(), {n, layer.heads, hd});
+    Tensor k = b.k.view_bytes(0, b.k.dtype(), {n, layer.kv_heads, hd});
+    Tensor v = b.v.view_bytes(0, b.v.dtype(), {n, layer.kv_heads, hd});
+    Tensor q2 = q.reshape({n, layer.heads * hd}), k2 = k.reshape({n, layer.kv_heads * hd});
+    Tensor v2 = v.reshape({n, layer.kv_heads * hd});
+    be.linear(layer.q.weights(), h, q2);
+    be.linear(layer.k.weights(), h, k2);
+    be.linear(layer.v.weights(), h, v2);
     if (c.qk_norm) {
-      q = rms_norm_ref(q, layer.q_norm, eps);
-      k = rms_norm_ref(k, layer.k_norm, eps);
+      be.rms_norm(q, layer.q_norm, eps, q);
+      be.rms_norm(k, layer.k_norm, eps, k);
     }
-    rope_ref(q, positions, rope_.inv_freq, rope_.attention_scaling);
-    rope_ref(k, positions, rope_.inv_freq, rope_.attention_scaling);
+    be.rope(q, meta.positions, inv_freq_, rope_.attention_scaling);
+    be.rope(k, meta.positions, inv_freq_, rope_.attention_scaling);
     PagedKv& kv = cache.layer(index);
-    Tensor a = Tensor::zeros(DType::kF32, {n, layer.heads * hd});
-    int64_t offset = 0;
-    for (const BatchEntry& e : batch) {
-      const int64_t len = static_cast<int64_t>(e.tokens.size());
-      const auto pos = positions.subspan(offset, len);
-      kv_write_ref(kv, e.page_table, pos, take_rows(k, offset, len), take_rows(v, offset, len));
-      const Tensor out = attention(take_rows(q, offset, len), kv, e.page_table, pos);
-      std::copy_n(out.data<float>(), out.numel(), a.mutable_data<float>() + offset * layer.heads * hd);
-      offset += len;
-    }
-    attn_out = layer.o.forward(a);
+    be.kv_write(kv, k, v, meta);
+    Tensor attn = b.attn.view_bytes(0, b.attn.dtype(), {n, layer.heads, hd});
+    be.attention(q, kv, meta, attn);
+    Tensor attn2 = attn.reshape({n, layer.heads * hd});
+    be.linear(layer.o.weights(), attn2, proj);
+  } else {
+    be.zero(proj);
   }
-  if (tensor_parallel) EXL3_RETURN_IF_ERROR(all_reduce(comm, attn_out));
-  add_inplace_ref(x, attn_out);
+  if (tensor_parallel) EXL3_RETURN_IF_ERROR(comm->all_reduce_sum(proj));
+  be.add(b.x, proj);
 
-  Tensor mlp_out = Tensor::zeros(DType::kF32, {n, c.hidden_size});
-  if (layer.gate.info().out_features > 0) {
-    const Tensor h = rms_norm_ref(x, layer.post_norm, eps);
-    mlp_out = layer.down.forward(silu_mul_ref(layer.gate.forward(h), layer.up.forward(h)));
+  const int64_t mlp = layer.gate.info().out_features;
+  if (mlp > 0) {
+    Tensor h = b.h;
+    be.rms_norm(b.x, layer.post_norm, eps, h);
+    Tensor gate = b.gate.view_bytes(0, b.gate.dtype(), {n, mlp});
+    Tensor up = b.up.view_bytes(0, b.up.dtype(), {n, mlp});
+    Tensor act = b.act.view_bytes(0, b.act.dtype(), {n, mlp});
+    be.linear(layer.gate.weights(), h, gate);
+    be.linear(layer.up.weights(), h, up);
+    be.silu_mul(gate, up, act);
+    be.linear(layer.down.weights(), act, proj);
+  } else {
+    be.zero(proj);
   }
-  if (tensor_parallel) EXL3_RETURN_IF_ERROR(all_reduce(comm, mlp_out));
-  add_inplace_ref(x, mlp_out);
+  if (tensor_parallel) EXL3_RETURN_IF_ERROR(comm->all_reduce_sum(proj));
+  be.add(b.x, proj);
   return absl::OkStatus();
 }
 
 absl::StatusOr<Tensor> LlamaModel::forward_batch(std::span<const BatchEntry> batch, KvCache& cache,
                                                  Communicator* comm) const {
   const ModelConfig& c = config_;
+  Backend& be = *backend_;
   const bool layer_split = shard_.mode == ShardMode::kLayers && comm != nullptr && comm->world_size() > 1;
-  std::vector<int32_t> tokens, positions;
-  for (const BatchEntry& e : batch) {
+  const int64_t page_size = cache.shape().page_size;
+  // Host side of the step's metadata.
+  std::vector<int32_t> tokens, positions, token_seq, logit_rows;
+  int64_t max_pages = 1;
+  int32_t max_position = 0;
+  for (size_t s = 0; s < batch.size(); ++s) {
+    const BatchEntry& e = batch[s];
     EXL3_CHECK(!e.tokens.empty(), "batch entry without tokens");
-    EXL3_CHECK(static_cast<int64_t>(e.page_table.size()) * cache.shape().page_size >=
-                   e.start_pos + static_cast<int64_t>(e.tokens.size()),
+    EXL3_CHECK(static_cast<int64_t>(e.page_table.size()) * page_size >= e.start_pos + static_cast<int64_t>(e.tokens.size()),
                "page table holds ", e.page_table.size(), " pages, need ", e.start_pos + e.tokens.size(), " positions");
-    for (size_t i = 0; i < e.tokens.size(); ++i) {
+    const int64_t first = static_cast<int64_t>(tokens.size()), len = static_cast<int64_t>(e.tokens.size());
+    for (int64_t i = 0; i < len; ++i) {
       tokens.push_back(e.tokens[i]);
       positions.push_back(e.start_pos + static_cast<int32_t>(i));
+      token_seq.push_back(static_cast<int32_t>(s));
     }
+    if (e.logits == LogitsMode::kAll) {
+      for (int64_t i = 0; i < len; ++i) logit_rows.push_back(static_cast<int32_t>(first + i));
+    } else if (e.logits == LogitsMode::kLast) {
+      logit_rows.push_back(static_cast<int32_t>(first + len - 1));
+    }
+    max_pages = std::max<int64_t>(max_pages, static_cast<int64_t>(e.page_table.size()));
+    max_position = std::max<int32_t>(max_position, e.start_pos + static_cast<int32_t>(len) - 1);
   }
-  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t n = static_cast<int64_t>(tokens.size()), seqs = static_cast<int64_t>(batch.size());
+  const int64_t r = static_cast<int64_t>(logit_rows.size());
   // A layer-split rank holding nothing before the embedding rank or after the head rank has no
   // part in the pipeline (one between them relays the hidden state).
   if (layer_split && !shard_.has_embedding && !shard_.has_head && shard_.first_layer == shard_.end_layer &&
       (shard_.first_layer == 0 || shard_.first_layer == c.num_layers)) {
     return Tensor::zeros(DType::kF32, {0, c.vocab_size});
   }
-  Tensor x;
+  if (n > limits_.max_step_tokens || seqs > limits_.max_seqs || max_pages > limits_.max_pages_per_seq ||
+      r > limits_.max_logit_rows) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "step of ", n, " tokens, ", seqs, " sequences, ", max_pages, " pages per sequence, ", r,
+        " logits rows exceeds the limits the model was loaded for (", limits_.max_step_tokens, ", ", limits_.max_seqs,
+        ", ", limits_.max_pages_per_seq, ", ", limits_.max_logit_rows, ")"));
+  }
+  std::vector<int32_t> page_table(seqs * max_pages, 0);
+  for (int64_t s = 0; s < seqs; ++s) {
+    std::copy(batch[s].page_table.begin(), batch[s].page_table.end(), page_table.begin() + s * max_pages);
+  }
+
+  workspace_.reset();
+  EXL3_ASSIGN_OR_RETURN(StepBuffers b, take_buffers(StepDims{n, seqs, max_pages, r}));
+  b.meta.max_position = max_position;
+  be.upload(Tensor::from_vector(tokens, {n}), b.meta.tokens);
+  be.upload(Tensor::from_vector(positions, {n}), b.meta.positions);
+  be.upload(Tensor::from_vector(token_seq, {n}), b.meta.token_seq);
+  be.upload(Tensor::from_vector(page_table, {seqs, max_pages}), b.meta.page_table);
+  be.upload(Tensor::from_vector(logit_rows, {r}), b.meta.logit_rows);
+
   if (shard_.has_embedding) {
-    x = embedding_ref(embedding_, tokens);
+    be.embedding(embedding_, b.meta.tokens, b.x);
   } else {
-    x = Tensor::zeros(DType::kF32, {n, c.hidden_size});
     EXL3_CHECK(layer_split, "a shard without the embedding needs a layer-split communicator");
-    EXL3_RETURN_IF_ERROR(comm->recv(std::span<float>(x.mutable_data<float>(), x.numel()), comm->rank() - 1));
+    EXL3_RETURN_IF_ERROR(comm->recv(b.x, comm->rank() - 1));
   }
   for (int64_t l = shard_.first_layer; l < shard_.end_layer; ++l) {
-    EXL3_RETURN_IF_ERROR(run_layer(layers_[l - shard_.first_layer], l, x, batch, positions, cache, comm));
+    EXL3_RETURN_IF_ERROR(run_layer(layers_[l - shard_.first_layer], l, b, b.meta, cache, comm));
   }
   if (!shard_.has_head) {
     EXL3_CHECK(layer_split, "a shard without the head needs a layer-split communicator");
-    EXL3_RETURN_IF_ERROR(comm->send(std::span<const float>(x.data<float>(), x.numel()), comm->rank() + 1));
+    EXL3_RETURN_IF_ERROR(comm->send(b.x, comm->rank() + 1));
+    EXL3_RETURN_IF_ERROR(be.synchronize());
     return Tensor::zeros(DType::kF32, {0, c.vocab_size});
   }
+  return run_head(b, b.meta, comm);
+}
 
-  std::vector<int64_t> rows;
-  int64_t offset = 0;
-  for (const BatchEntry& e : batch) {
-    const int64_t len = static_cast<int64_t>(e.tokens.size());
-    if (e.logits == LogitsMode::kAll) {
-      for (int64_t i = 0; i < len; ++i) rows.push_back(offset + i);
-    } else if (e.logits == LogitsMode::kLast) {
-      rows.push_back(offset + len - 1);
-    }
-    offset += len;
-  }
-  const int64_t r = static_cast<int64_t>(rows.size());
-  Tensor selected = Tensor::zeros(DType::kF32, {r, c.hidden_size});
-  for (int64_t i = 0; i < r; ++i) {
-    std::copy_n(x.data<float>() + rows[i] * c.hidden_size, c.hidden_size,
-                selected.mutable_data<float>() + i * c.hidden_size);
-  }
-  const Tensor normed = rms_norm_ref(selected, final_norm_, static_cast<float>(c.rms_norm_eps));
-  const Tensor local = lm_head_.forward(normed);  // [r, vocab_end - vocab_begin]
+absl::StatusOr<Tensor> LlamaModel::run_head(StepBuffers& b, const StepMeta& meta, Communicator* comm) const {
+  const ModelConfig& c = config_;
+  Backend& be = *backend_;
+  const int64_t r = meta.num_logit_rows;
+  be.gather_rows(b.x, meta.logit_rows, b.selected);
+  be.rms_norm(b.selected, final_norm_, static_cast<float>(c.rms_norm_eps), b.normed);
+  be.linear(lm_head_.weights(), b.normed, b.logits);  // [r, vocab_end - vocab_begin]
   const bool gather = shard_.mode == ShardMode::kTensorParallel && comm != nullptr && comm->world_size() > 1;
+  Tensor logits = Tensor::zeros(DType::kF32, {r, c.vocab_size});
   if (!gather) {
-    EXL3_CHECK(local.dim(1) == c.vocab_size, "a single head rank must hold the whole vocabulary");
-    return local;
+    EXL3_CHECK(b.logits.dim(1) == c.vocab_size, "a single head rank must hold the whole vocabulary");
+    be.download(b.logits, logits);
+    EXL3_RETURN_IF_ERROR(be.synchronize());
+    return logits;
   }
   // Every rank's vocabulary width (learned once), then the row-major [r, width] blocks in rank order.
+  const int world = comm->world_size();
   if (vocab_widths_.empty()) {
-    std::vector<float> mine = {static_cast<float>(local.dim(1))};
-    std::vector<float> all(comm->world_size());
-    const std::vector<int64_t> ones(comm->world_size(), 1);
-    EXL3_RETURN_IF_ERROR(comm->all_gather(mine, all, ones));
+    be.upload(Tensor::from_vector(std::vector<float>{static_cast<float>(b.logits.dim(1))}, {1}), b.widths);
+    const std::vector<int64_t> ones(world, 1);
+    EXL3_RETURN_IF_ERROR(comm->all_gather(b.widths, b.all_widths, ones));
+    Tensor all = Tensor::zeros(DType::kF32, {world});
+    be.download(b.all_widths, all);
     int64_t vocab_total = 0;
-    for (float w : all) vocab_total += static_cast<int64_t>(w);
+    for (int i = 0; i < world; ++i) vocab_total += static_cast<int64_t>(all.data<float>()[i]);
     EXL3_CHECK_EQ(vocab_total, c.vocab_size, "the ranks' vocabulary ranges must cover the vocabulary once");
-    for (float w : all) vocab_widths_.push_back(static_cast<int64_t>(w));
+    for (int i = 0; i < world; ++i) vocab_widths_.push_back(static_cast<int64_t>(all.data<float>()[i]));
   }
-  std::vector<int64_t> counts(comm->world_size());
-  for (int i = 0; i < comm->world_size(); ++i) counts[i] = vocab_widths_[i] * r;
-  std::vector<float> gathered(r * c.vocab_size);
-  EXL3_RETURN_IF_ERROR(comm->all_gather(std::span<const float>(local.data<float>(), local.numel()), gathered, counts));
-  Tensor logits = Tensor::zeros(DType::kF32, {r, c.vocab_size});
+  std::vector<int64_t> counts(world);
+  for (int i = 0; i < world; ++i) counts[i] = vocab_widths_[i] * r;
+  EXL3_RETURN_IF_ERROR(comm->all_gather(b.logits.reshape({b.logits.numel()}), b.gathered, counts));
+  Tensor gathered = Tensor::zeros(DType::kF32, {r * c.vocab_size});
+  be.download(b.gathered, gathered);
+  EXL3_RETURN_IF_ERROR(be.synchronize());
   int64_t block = 0, column = 0;
-  for (int i = 0; i < comm->world_size(); ++i) {
+  for (int i = 0; i < world; ++i) {
     const int64_t width = vocab_widths_[i];
     for (int64_t row = 0; row < r; ++row) {
-      std::copy_n(gathered.data() + block + row * width, width,
+      std::copy_n(gathered.data<float>() + block + row * width, width,
                   logits.mutable_data<float>() + row * c.vocab_size + column);
     }
     block += counts[i];
@@ -303,6 +448,15 @@ absl::StatusOr<Tensor> LlamaModel::forward_batch(std::span<const BatchEntry> bat
 
 Tensor LlamaModel::forward(std::span<const int32_t> ids, int32_t start_pos, KvCache& cache, const PageTable& pages,
                            LogitsMode mode) const {
+  StepLimits need = limits_;
+  const int64_t n = static_cast<int64_t>(ids.size()), p = static_cast<int64_t>(pages.pages.size());
+  const int64_t rows = mode == LogitsMode::kAll ? n : 1;
+  if (!workspace_.capacity() || n > need.max_step_tokens || p > need.max_pages_per_seq || rows > need.max_logit_rows) {
+    need.max_step_tokens = std::max(need.max_step_tokens, n);
+    need.max_pages_per_seq = std::max(need.max_pages_per_seq, p);
+    need.max_logit_rows = std::max(need.max_logit_rows, rows);
+    EXL3_CHECK_OK(reserve_limits(need));
+  }
   const BatchEntry entry{ids, start_pos, pages.pages, mode};
   absl::StatusOr<Tensor> logits = forward_batch(std::span<const BatchEntry>(&entry, 1), cache, nullptr);
   EXL3_CHECK_OK(logits.status());

@@ -1,9 +1,11 @@
 // LlamaModel: the Llama-family decoder (Llama, Mistral, Qwen2 q/k/v bias, Qwen3 q/k norm) written
-// once against kernels/ops.h. A model object holds one rank's shard (ModelShard): tensor-parallel
-// slices (all-reduce after o_proj and down_proj, all-gather of the vocabulary-split logits) or a
-// contiguous layer range (hidden states received from the previous rank and sent to the next).
-// Batches of sequences run as one forward: linears over all tokens, attention per sequence through
-// the paged KV cache.
+// once against a Backend (kernels/backend.h): the same code runs on the CPU and CUDA backends. A
+// model object holds one rank's shard (ModelShard): tensor-parallel slices (all-reduce after o_proj
+// and down_proj, all-gather of the vocabulary-split logits) or a contiguous layer range (hidden
+// states received from the previous rank and sent to the next). Batches of sequences run as one
+// forward: linears over all tokens, attention per token through each sequence's KV pages. Weights,
+// and (after reserve()) a workspace sized for the largest step, are allocated at load; a step only
+// takes views of the workspace.
 #pragma once
 
 #include <functional>
@@ -18,11 +20,12 @@
 #include "worker/model/config.h"
 #include "worker/model/linear.h"
 #include "worker/model/model_shard.h"
+#include "worker/model/workspace.h"
 
 namespace exl3 {
 
 struct DecoderLayer {
-  Tensor input_norm;  // F32 [hidden]
+  Tensor input_norm;  // F32 [hidden], on the backend's device
   Tensor post_norm;   // F32 [hidden]
   Tensor q_norm;      // F32 [head_dim] (Qwen3 only)
   Tensor k_norm;
@@ -37,6 +40,15 @@ using LoadProgress = std::function<void(int64_t done, int64_t total)>;
 
 enum class LogitsMode { kNone, kLast, kAll };
 
+// The largest step a model is prepared for (its workspace and the backend's scratch are sized from
+// these once, at load).
+struct StepLimits {
+  int64_t max_step_tokens = 2048;  // tokens in one forward (prefill chunks + decodes)
+  int64_t max_seqs = 256;          // sequences in one forward
+  int64_t max_pages_per_seq = 64;  // KV pages of one sequence
+  int64_t max_logit_rows = 256;    // rows through the head in one forward
+};
+
 // One sequence's part of a forward batch.
 struct BatchEntry {
   std::span<const int32_t> tokens;      // run at positions start_pos, start_pos + 1, ...
@@ -47,49 +59,75 @@ struct BatchEntry {
 
 class LlamaModel {
  public:
+  // On a CPU backend of its own (tools, tests).
   static absl::StatusOr<std::unique_ptr<LlamaModel>> load(const std::string& model_dir,
                                                           const LoadProgress& progress = nullptr);
-  // Loads only `shard` of the model.
+  // Loads only `shard` of the model, on a CPU backend of its own.
   static absl::StatusOr<std::unique_ptr<LlamaModel>> load_shard(const std::string& model_dir, const ModelShard& shard,
+                                                                const LoadProgress& progress = nullptr);
+  // Loads `shard` onto `backend` (shared with the KV cache and the communicator's stream).
+  static absl::StatusOr<std::unique_ptr<LlamaModel>> load_shard(const std::string& model_dir, const ModelShard& shard,
+                                                                std::shared_ptr<Backend> backend,
                                                                 const LoadProgress& progress = nullptr);
 
   const ModelConfig& config() const { return config_; }
   const ModelShard& shard() const { return shard_; }
+  Backend& backend() const { return *backend_; }
   // Bytes of the stored tensors this shard covers, and bytes this backend allocated for weights.
   uint64_t stored_bytes() const { return stored_bytes_; }
   uint64_t allocated_bytes() const { return allocated_bytes_; }
+  // Bytes of the forward workspace (after reserve()).
+  uint64_t workspace_bytes() const { return workspace_.capacity(); }
   // Mean K over the EXL3 decoder linears held (0 for unquantized models).
   double decoder_bits_per_weight() const { return decoder_bpw_; }
 
   KvCacheShape cache_shape(int64_t num_pages, int64_t page_size) const;
 
+  // Allocates the forward workspace and the backend's scratch for steps within `limits` (once;
+  // a later call with larger limits reallocates, so call it before serving, never inside a step).
+  absl::Status reserve(const StepLimits& limits) { return reserve_limits(limits); }
+  const StepLimits& limits() const { return limits_; }
+  // Workspace bytes a step within `limits` needs on this shard and backend.
+  uint64_t workspace_bytes_for(const StepLimits& limits) const;
+
   // Runs a batch. Returns the requested logits rows in batch order (kAll: one row per token,
-  // kLast: one row, kNone: none) as F32 [rows, vocab] on ranks that compute the head; other
+  // kLast: one row, kNone: none) as host F32 [rows, vocab] on ranks that compute the head; other
   // ranks of a layer split return [0, vocab]. `comm` may be null for a single-rank shard.
-  // Token ids must lie in [0, vocab) (the caller validates them). Collective failures abort the
-  // step with the communicator's status.
+  // Token ids must lie in [0, vocab) (the caller validates them). A batch beyond the reserved
+  // limits is RESOURCE_EXHAUSTED; collective failures abort the step with the communicator's status.
   absl::StatusOr<Tensor> forward_batch(std::span<const BatchEntry> batch, KvCache& cache, Communicator* comm) const;
 
-  // Single-sequence convenience over forward_batch for a whole-model (single-rank) shard.
+  // Single-sequence convenience over forward_batch for a whole-model (single-rank) shard; grows the
+  // reserved limits when the call needs more (tools and tests only).
   Tensor forward(std::span<const int32_t> ids, int32_t start_pos, KvCache& cache, const PageTable& pages,
                  LogitsMode mode) const;
 
  private:
   LlamaModel() = default;
+  struct StepDims;
+  struct StepBuffers;
   absl::Status load_weights(const SafetensorsCollection& tensors, const LoadProgress& progress);
-  absl::Status run_layer(const DecoderLayer& layer, int64_t index, Tensor& x, std::span<const BatchEntry> batch,
-                         std::span<const int32_t> positions, KvCache& cache, Communicator* comm) const;
+  absl::StatusOr<StepBuffers> take_buffers(const StepDims& d) const;
+  // The workspace is the model's per-step state: (re)sized here, outside any step.
+  absl::Status reserve_limits(const StepLimits& limits) const;
+  absl::Status run_layer(const DecoderLayer& layer, int64_t index, StepBuffers& b, const StepMeta& meta,
+                         KvCache& cache, Communicator* comm) const;
+  absl::StatusOr<Tensor> run_head(StepBuffers& b, const StepMeta& meta, Communicator* comm) const;
 
   ModelConfig config_;
   ModelShard shard_;
+  std::shared_ptr<Backend> backend_;
   RopeTables rope_;
-  Tensor embedding_;  // F32 [vocab, hidden], when the shard embeds
+  Tensor inv_freq_;   // F32 [rotary_dim / 2] on the device
+  Tensor embedding_;  // [vocab, hidden] on the device, when the shard embeds
   std::vector<DecoderLayer> layers_;
   Tensor final_norm_;
   Linear lm_head_;    // vocabulary rows [vocab_begin, vocab_end), when the shard has the head
   uint64_t stored_bytes_ = 0;
   uint64_t allocated_bytes_ = 0;
   double decoder_bpw_ = 0.0;
+  mutable StepLimits limits_;
+  mutable Workspace workspace_;
   // Vocabulary width of every rank's head slice (tensor parallel), exchanged on first use.
   mutable std::vector<int64_t> vocab_widths_;
 };

@@ -10,7 +10,7 @@ namespace exl3 {
 Tensor forward_sequence(const LlamaModel& model, std::span<const int32_t> ids, const SequenceForwardOptions& options) {
   const int64_t n = static_cast<int64_t>(ids.size());
   const int64_t pages = std::max<int64_t>(1, (n + options.page_size - 1) / options.page_size);
-  KvCache cache(model.cache_shape(pages, options.page_size));
+  KvCache cache(model.cache_shape(pages, options.page_size), model.backend());
   PageTable table;
   EXL3_CHECK_OK(cache.reserve(table, n));
   const int64_t vocab = model.config().vocab_size;

@@ -2,11 +2,16 @@
 // (another host, Slurm, Kubernetes) against exl3-coordinator.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 
 #include "CLI/CLI.hpp"
+#include "worker/service/worker_device.h"
 #include "worker/service/worker_service.h"
 
 int main(int argc, char** argv) {
+  // Before any CUDA or NCCL call: NVLink multicast stays off unless the user set it (NCCL reads it
+  // once per process; the shared H200 machines must keep it off).
+  const std::string nvls = exl3::default_nccl_nvls_off();
   exl3::WorkerOptions o;
   double memory_gib = 0.0;
   double connect_timeout_s = 60.0;
@@ -14,9 +19,16 @@ int main(int argc, char** argv) {
   app.add_option("--coordinator", o.coordinator, "Control-plane address of the coordinator, HOST:PORT")->required();
   app.add_option("--rank", o.rank, "This worker's rank, 0 <= rank < world")->required()->check(CLI::NonNegativeNumber);
   app.add_option("--world", o.world_size, "Number of workers in the group")->required()->check(CLI::PositiveNumber);
-  app.add_option("--backend", o.backend, "Compute backend: cpu (reference kernels, Gloo collectives)")
-      ->check(CLI::IsMember({"cpu"}));
-  app.add_option("--memory-gib", memory_gib, "Memory this worker may use in GiB (default: the host's available RAM)")
+  app.add_option("--backend", o.backend,
+                 "Compute backend: cpu (reference kernels + BLAS, Gloo collectives) or cuda (our CUDA kernels on one "
+                 "GPU, NCCL collectives)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  app.add_option("--device", o.device, "CUDA device ordinal as this process sees it (exl3-launch sets "
+                                       "CUDA_VISIBLE_DEVICES to the worker's GPU, so 0)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--memory-gib", memory_gib,
+                 "CPU workers: memory this worker may use in GiB (default: the host's available RAM); a CUDA "
+                 "worker reports its GPU's memory and gets its cap with the shard")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--connect-timeout", connect_timeout_s, "Seconds to wait for the coordinator at start-up")
       ->check(CLI::PositiveNumber);
@@ -25,7 +37,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "exl3-worker: --rank %d must be below --world %d\n", o.rank, o.world_size);
     return 2;
   }
+  if (o.backend == "cuda" && !exl3::worker_has_cuda()) {
+    std::fprintf(stderr, "exl3-worker: rank %d: --backend cuda: %s\n", o.rank, exl3::kNoCudaMessage);
+    return 2;
+  }
   o.memory_bytes = static_cast<int64_t>(memory_gib * 1073741824.0);
+  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  std::fprintf(stderr, "exl3-worker rank %d/%d: backend %s%s, coordinator %s, NCCL_NVLS_ENABLE=%s%s\n", o.rank,
+               o.world_size, o.backend.c_str(),
+               o.backend == "cuda" ? (" device " + std::to_string(o.device)).c_str() : "", o.coordinator.c_str(),
+               nvls.c_str(),
+               o.backend == "cuda"
+                   ? (std::string(", CUDA_VISIBLE_DEVICES=") + (visible == nullptr ? "<unset>" : visible)).c_str()
+                   : "");
   o.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(connect_timeout_s * 1000));
   // A peer that vanishes must surface as an error from the communicator, not kill this process.
   std::signal(SIGPIPE, SIG_IGN);

@@ -1,4 +1,5 @@
-// Worker control loop over the coordinator's Session stream.
+// Worker control loop over the coordinator's Session stream: registration (CPU or CUDA device
+// facts), shard loading onto the rank's backend with its collective group, steps, memory reports.
 #include "worker/service/worker_service.h"
 
 #include <grpcpp/grpcpp.h>
@@ -16,6 +17,7 @@
 #include "worker/engine.h"
 #include "worker/service/process_memory.h"
 #include "worker/service/proto_convert.h"
+#include "worker/service/worker_device.h"
 
 namespace exl3 {
 namespace {
@@ -26,6 +28,14 @@ using Clock = std::chrono::steady_clock;
 absl::Status from_grpc(const grpc::Status& s, const std::string& what) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), absl::StrCat(what, ": ", s.error_message()));
 }
+
+// `status` with `what` in front of its message (same code); OK stays OK.
+absl::Status annotate(const absl::Status& status, const std::string& what) {
+  if (status.ok()) return status;
+  return absl::Status(status.code(), absl::StrCat(what, ": ", status.message()));
+}
+
+std::string mib(uint64_t bytes) { return absl::StrCat(bytes / 1048576, " MiB"); }
 
 class WorkerSession {
  public:
@@ -77,7 +87,15 @@ class WorkerSession {
           m->set_weight_bytes(static_cast<int64_t>(engine_->model().allocated_bytes()));
           m->set_cache_bytes(static_cast<int64_t>(engine_->cache_bytes()));
         }
-        m->set_memory_used_bytes(resident_bytes());
+        if (cuda() && backend_) {
+          const MeasuredDeviceMemory d = measure_cuda_memory(*backend_);
+          m->set_memory_used_bytes(static_cast<int64_t>(d.used_bytes));
+          m->set_device_allocated_bytes(static_cast<int64_t>(d.allocated_bytes));
+          m->set_device_cap_bytes(static_cast<int64_t>(d.cap_bytes));
+          m->set_device_total_bytes(static_cast<int64_t>(d.total_bytes));
+        } else {
+          m->set_memory_used_bytes(resident_bytes());
+        }
         return absl::OkStatus();
       }
       case pb::Command::kShutdown:
@@ -88,6 +106,8 @@ class WorkerSession {
     return absl::InvalidArgumentError("empty command");
   }
 
+  bool cuda() const { return options_.backend == "cuda"; }
+
   absl::Status load(const pb::LoadShard& load, pb::LoadResult* out) {
     if (engine_) return absl::FailedPreconditionError("a shard is already loaded");
     const auto t0 = Clock::now();
@@ -96,29 +116,80 @@ class WorkerSession {
       return absl::InvalidArgumentError(absl::StrCat("plan for rank ", shard.rank, "/", shard.world_size,
                                                      " sent to rank ", options_.rank, "/", options_.world_size));
     }
-    if (options_.world_size > 1) {
-      if (load.comm_backend() != "gloo") {
-        return absl::InvalidArgumentError(absl::StrCat("comm backend \"", load.comm_backend(),
-                                                       "\" is not available on a CPU worker (use gloo)"));
-      }
-      store_ = std::make_unique<GrpcStoreClient>(channel_);
-      GlooOptions go;
-      go.rank = options_.rank;
-      go.world_size = options_.world_size;
-      go.host = load.comm_host().empty() ? "127.0.0.1" : load.comm_host();
-      go.prefix = load.store_prefix();
-      go.timeout = std::chrono::milliseconds(load.collective_timeout_ms() > 0 ? load.collective_timeout_ms() : 30000);
-      EXL3_ASSIGN_OR_RETURN(comm_, make_gloo_communicator(go, *store_));
+    // --gpus means NCCL, CPU workers mean Gloo: a mismatch is refused, never bridged.
+    const std::string comm_backend = cuda() ? "nccl" : "gloo";
+    if (options_.world_size > 1 && load.comm_backend() != comm_backend) {
+      return absl::InvalidArgumentError(absl::StrCat("comm backend \"", load.comm_backend(), "\" is not available on a ",
+                                                     options_.backend, " worker (it uses ", comm_backend, ")"));
     }
-    std::fprintf(stderr, "exl3-worker rank %d: loading %s (layers %lld-%lld)\n", options_.rank, load.model_dir().c_str(),
-                 static_cast<long long>(shard.first_layer), static_cast<long long>(shard.end_layer) - 1);
-    EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load_shard(load.model_dir(), shard));
-    engine_ = std::make_unique<Engine>(std::move(model), EngineOptions{load.num_pages(), load.page_size()}, comm_.get());
+    if (cuda()) {
+      absl::StatusOr<std::shared_ptr<Backend>> backend =
+          make_rank_cuda_backend(options_.rank, options_.device, static_cast<uint64_t>(load.device_cap_bytes()));
+      if (!backend.ok()) {
+        return annotate(backend.status(),
+                        absl::StrCat("creating the CUDA backend on device ", options_.device, " (allocator cap ",
+                                     mib(static_cast<uint64_t>(load.device_cap_bytes())), " of the rank's ",
+                                     mib(static_cast<uint64_t>(load.cap_bytes())), " cap)"));
+      }
+      backend_ = *std::move(backend);
+    } else {
+      backend_ = std::shared_ptr<Backend>(make_cpu_backend());
+    }
+    if (options_.world_size > 1) {
+      store_ = std::make_unique<GrpcStoreClient>(channel_);
+      const auto timeout = std::chrono::milliseconds(load.collective_timeout_ms() > 0 ? load.collective_timeout_ms() : 30000);
+      if (cuda()) {
+        RankNcclOptions no;
+        no.rank = options_.rank;
+        no.world_size = options_.world_size;
+        no.device = options_.device;
+        no.prefix = load.store_prefix();
+        no.timeout = timeout;
+        no.init_timeout =
+            std::chrono::milliseconds(load.comm_init_timeout_ms() > 0 ? load.comm_init_timeout_ms() : 60000);
+        absl::StatusOr<std::unique_ptr<Communicator>> comm = make_rank_nccl_communicator(no, *backend_, *store_);
+        if (!comm.ok()) {
+          return annotate(comm.status(), absl::StrCat("joining the NCCL group of ", options_.world_size,
+                                                      " ranks (init timeout ", no.init_timeout.count(), " ms)"));
+        }
+        comm_ = *std::move(comm);
+      } else {
+        GlooOptions go;
+        go.rank = options_.rank;
+        go.world_size = options_.world_size;
+        go.host = load.comm_host().empty() ? "127.0.0.1" : load.comm_host();
+        go.prefix = load.store_prefix();
+        go.timeout = timeout;
+        EXL3_ASSIGN_OR_RETURN(comm_, make_gloo_communicator(go, *store_));
+      }
+    }
+    std::fprintf(stderr, "exl3-worker rank %d: loading %s (layers %lld-%lld) on %s\n", options_.rank,
+                 load.model_dir().c_str(), static_cast<long long>(shard.first_layer),
+                 static_cast<long long>(shard.end_layer) - 1, backend_->description().c_str());
+    EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load_shard(load.model_dir(), shard, backend_));
+    EngineOptions eo;
+    eo.num_pages = load.num_pages();
+    eo.page_size = load.page_size();
+    if (load.max_step_tokens() > 0) eo.max_step_tokens = load.max_step_tokens();
+    if (load.max_seqs() > 0) eo.max_seqs = load.max_seqs();
+    if (load.max_logit_rows() > 0) eo.max_logit_rows = load.max_logit_rows();
+    EXL3_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), eo, comm_.get()));
     out->set_weight_bytes(static_cast<int64_t>(engine_->model().allocated_bytes()));
     out->set_cache_bytes(static_cast<int64_t>(engine_->cache_bytes()));
+    out->set_workspace_bytes(static_cast<int64_t>(engine_->model().workspace_bytes()));
+    out->set_device(backend_->description());
     out->set_load_seconds(std::chrono::duration<double>(Clock::now() - t0).count());
-    std::fprintf(stderr, "exl3-worker rank %d: loaded: %.1f MiB weights, %.1f MiB cache in %.2f s\n", options_.rank,
-                 out->weight_bytes() / 1048576.0, out->cache_bytes() / 1048576.0, out->load_seconds());
+    std::fprintf(stderr, "exl3-worker rank %d: loaded: %.1f MiB weights, %.1f MiB cache, %.1f MiB workspace in %.2f s\n",
+                 options_.rank, out->weight_bytes() / 1048576.0, out->cache_bytes() / 1048576.0,
+                 out->workspace_bytes() / 1048576.0, out->load_seconds());
+    if (cuda()) {
+      EXL3_RETURN_IF_ERROR(annotate(backend_->synchronize(), "after loading"));
+      const MeasuredDeviceMemory d = measure_cuda_memory(*backend_);
+      out->set_device_allocated_bytes(static_cast<int64_t>(d.allocated_bytes));
+      out->set_device_used_bytes(static_cast<int64_t>(d.used_bytes));
+      out->set_device_total_bytes(static_cast<int64_t>(d.total_bytes));
+      std::fprintf(stderr, "exl3-worker rank %d: %s\n", options_.rank, d.text.c_str());
+    }
     return absl::OkStatus();
   }
 
@@ -146,6 +217,9 @@ class WorkerSession {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::Control::Stub> stub_;
   std::unique_ptr<GrpcStoreClient> store_;
+  // Destroyed in reverse order: the engine (and the model's reference to the backend), then the
+  // communicator (NCCL finalizes on the backend's stream), then the backend.
+  std::shared_ptr<Backend> backend_;
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<Engine> engine_;
 };
@@ -171,9 +245,17 @@ absl::Status run_worker(const WorkerOptions& options) {
   req.set_world_size(options.world_size);
   pb::DeviceInfo* dev = req.mutable_device();
   dev->set_backend(options.backend);
-  dev->set_name(absl::StrCat("cpu (", std::thread::hardware_concurrency(), " threads)"));
-  dev->set_total_bytes(options.memory_bytes > 0 ? options.memory_bytes : total_ram_bytes());
-  dev->set_free_bytes(options.memory_bytes > 0 ? options.memory_bytes : available_ram_bytes());
+  if (options.backend == "cuda") {
+    absl::StatusOr<DeviceFacts> facts = cuda_device_facts(options.device);
+    if (!facts.ok()) return annotate(facts.status(), absl::StrCat("rank ", options.rank));
+    dev->set_name(facts->name);
+    dev->set_total_bytes(facts->total_bytes);
+    dev->set_free_bytes(facts->free_bytes);
+  } else {
+    dev->set_name(absl::StrCat("cpu (", std::thread::hardware_concurrency(), " threads)"));
+    dev->set_total_bytes(options.memory_bytes > 0 ? options.memory_bytes : total_ram_bytes());
+    dev->set_free_bytes(options.memory_bytes > 0 ? options.memory_bytes : available_ram_bytes());
+  }
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   req.set_hostname(host);

@@ -1,7 +1,9 @@
 // The worker process's life: dial the coordinator, register, open the command session, load the
 // planned shard (joining the collective group through the coordinator's rendezvous store), run
 // steps until told to shut down. Any broken link (coordinator gone, peer gone, deadline) ends the
-// worker with an error so the launcher can tear the group down.
+// worker with an error so the launcher can tear the group down. A CPU worker computes on the CPU
+// backend and joins a Gloo group; a CUDA worker on the CUDA backend of its device and joins an
+// NCCL group: the LoadShard's comm backend must match ("gloo" or "nccl"), never a fallback.
 #pragma once
 
 #include <chrono>
@@ -16,8 +18,9 @@ struct WorkerOptions {
   std::string coordinator;      // HOST:PORT of the control plane
   int rank = 0;
   int world_size = 1;
-  std::string backend = "cpu";  // "cpu" (reference kernels + Gloo)
-  int64_t memory_bytes = 0;     // memory this worker may use (reported at registration)
+  std::string backend = "cpu";  // "cpu" (reference kernels + Gloo) or "cuda" (CUDA kernels + NCCL)
+  int device = 0;               // CUDA ordinal in this process (exl3-launch sets CUDA_VISIBLE_DEVICES, so 0)
+  int64_t memory_bytes = 0;     // CPU: memory this worker may use (reported at registration)
   std::chrono::milliseconds connect_timeout{60000};
 };
 

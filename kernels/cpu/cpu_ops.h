@@ -1,0 +1,42 @@
+// The CPU backend's ops (one .cpp per op, same stems as kernels/ref/ and kernels/cuda/): fp32
+// loops and BLAS over raw host buffers. CpuBackend (cpu_backend.cpp) checks shapes and calls
+// these; kernels/ref/ is the specification they are tested against.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace exl3 {
+
+// out[r, :] = x[r, :] · rsqrt(mean(x[r, :]²) + eps) · weight; out may alias x.
+void rms_norm_cpu(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps);
+// x[i] += y[i].
+void add_cpu(float* x, const float* y, int64_t n);
+// out[i] = silu(gate[i]) · up[i].
+void silu_mul_cpu(const float* gate, const float* up, float* out, int64_t n);
+// out[t, :] = table[ids[t], :] for a table of `table_dtype` (F32, F16 or BF16).
+void embedding_cpu(const void* table, DType table_dtype, const int32_t* ids, float* out, int64_t n, int64_t dim);
+// NEOX rotary embedding in place on x [tokens, heads, head_dim] (contract of rope_ref).
+void rope_cpu(float* x, const int32_t* positions, const float* inv_freq, int64_t tokens, int64_t heads,
+              int64_t head_dim, int64_t half_rotary, float attention_scaling);
+// out[i, :] = x[rows[i], :] with row_bytes bytes per row.
+void gather_rows_cpu(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes);
+
+// Batched paged-cache metadata on the host (see StepMeta in kernels/backend.h).
+struct CpuPagedBatch {
+  const int32_t* positions = nullptr;
+  const int32_t* token_seq = nullptr;
+  const int32_t* page_table = nullptr;  // [num_seqs, max_pages]
+  int64_t tokens = 0, num_seqs = 0, max_pages = 0;
+};
+// kv_write_ref for every token of the batch.
+void kv_write_cpu(PagedKv& cache, const float* k, const float* v, const CpuPagedBatch& batch);
+// attention_ref for every token of the batch (BLAS per sequence and KV head); q, out [tokens, heads,
+// head_dim].
+void attention_cpu(const float* q, const PagedKv& cache, const CpuPagedBatch& batch, int64_t heads, float* out);
+
+// The represented EXL3 weight W (F32 [k, n]) of exl3-format.md §3, computed in fp32 at load.
+Tensor exl3_dequantize_cpu(const Exl3Weight& w);
+
+}  // namespace exl3

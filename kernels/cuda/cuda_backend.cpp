@@ -1,0 +1,676 @@
+// The CUDA backend (see cuda_backend.h): memory through a capped DeviceAllocator, uploads staged
+// through pinned host buffers on the backend's stream (UploadStager), weights converted on the device, and each
+// op of kernels/backend.h checked at entry and handed to its launcher (elementwise.cuh,
+// exl3_linear.cuh, dense_linear.h, paged_attention.cuh).
+#include "kernels/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/count_nonfinite.cuh"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dense_linear.h"
+#include "kernels/cuda/device_allocator.h"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/exl3_linear.cuh"
+#include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/upload_stager.h"
+#include "kernels/fp16.h"
+
+namespace exl3 {
+namespace {
+
+// Weights converted on the device (BF16/F32 -> F16) go through a buffer of at most this size, so
+// a conversion costs the destination plus 32 MiB rather than twice the tensor.
+constexpr size_t kConvertChunkBytes = size_t{32} << 20;
+
+bool is_float(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+
+void check_device(const Tensor& t, const char* what) {
+  EXL3_CHECK(t.defined() && t.device() == Device::kCuda, what, " must be a defined cuda tensor");
+}
+
+void check_dtype(const Tensor& t, DType dtype, const char* what) {
+  check_device(t, what);
+  EXL3_CHECK(t.dtype() == dtype, what, " must be ", dtype_name(dtype), ", got ", dtype_name(t.dtype()));
+}
+
+void check_f32_or_f16(const Tensor& t, const char* what) {
+  check_device(t, what);
+  EXL3_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kF16, what, " must be F32 or F16, got ",
+             dtype_name(t.dtype()));
+}
+
+template <typename T>
+const T* ptr(const Tensor& t) {
+  return static_cast<const T*>(t.raw());
+}
+
+template <typename T>
+T* mut(Tensor& t) {
+  return static_cast<T*>(t.mutable_raw());
+}
+
+absl::Status cuda_status(cudaError_t err, const std::string& label, const std::string& what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(label, ": ", what, " failed: ", cudaGetErrorString(err)));
+}
+
+// Element i of a host F32/F16/BF16 tensor as a float (for messages).
+float host_value(const Tensor& t, int64_t i) {
+  switch (t.dtype()) {
+    case DType::kF32:
+      return static_cast<const float*>(t.raw())[i];
+    case DType::kF16:
+      return half_bits_to_float(static_cast<const uint16_t*>(t.raw())[i]);
+    case DType::kBF16:
+      return bf16_bits_to_float(static_cast<const uint16_t*>(t.raw())[i]);
+    default:
+      return NAN;
+  }
+}
+
+void check_meta(const StepMeta& meta) {
+  check_dtype(meta.positions, DType::kI32, "meta.positions");
+  check_dtype(meta.token_seq, DType::kI32, "meta.token_seq");
+  check_dtype(meta.page_table, DType::kI32, "meta.page_table");
+  EXL3_CHECK(
+      meta.num_tokens >= 0 && meta.positions.numel() == meta.num_tokens && meta.token_seq.numel() == meta.num_tokens,
+      "meta: ", meta.num_tokens, " tokens but positions ", shape_string(meta.positions.shape()), " token_seq ",
+      shape_string(meta.token_seq.shape()));
+  EXL3_CHECK(meta.page_table.numel() == meta.num_seqs * meta.max_pages, "meta: page_table ",
+             shape_string(meta.page_table.shape()), " for ", meta.num_seqs, " sequences of ", meta.max_pages, " pages");
+}
+
+// k_pages and v_pages F16 [num_pages, page_size, kv_heads, head_dim], page_size == cache.page_size.
+void check_cache(const PagedKv& cache) {
+  check_dtype(cache.k_pages, DType::kF16, "cache.k_pages");
+  check_dtype(cache.v_pages, DType::kF16, "cache.v_pages");
+  EXL3_CHECK(cache.k_pages.rank() == 4 && cache.k_pages.shape() == cache.v_pages.shape(), "cache: k_pages ",
+             shape_string(cache.k_pages.shape()), " v_pages ", shape_string(cache.v_pages.shape()));
+  EXL3_CHECK(cache.page_size > 0 && cache.k_pages.dim(1) == cache.page_size, "cache: page_size ", cache.page_size,
+             " vs pages ", shape_string(cache.k_pages.shape()));
+}
+
+PagedBatch paged_batch(const StepMeta& meta, int64_t page_size) {
+  PagedBatch b;
+  b.positions = ptr<int32_t>(meta.positions);
+  b.token_seq = ptr<int32_t>(meta.token_seq);
+  b.page_table = ptr<int32_t>(meta.page_table);
+  b.tokens = meta.num_tokens;
+  b.num_seqs = meta.num_seqs;
+  b.max_pages = meta.max_pages;
+  b.page_size = page_size;
+  b.max_position = meta.max_position;
+  return b;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const CudaBackendOptions& options, std::string label, std::string description)
+      : device_(options.device),
+        description_(std::move(description)),
+        allocator_(std::move(label), options.cap_bytes),
+        workspace_bytes_(options.cublas_workspace_bytes) {}
+
+  ~CudaBackend() override {
+    cudaSetDevice(device_);
+    if (stream_ != nullptr) {
+      const cudaError_t err = cudaStreamSynchronize(stream_);
+      // A fault already reported by synchronize() comes back here; teardown goes on regardless.
+      if (err != cudaSuccess) std::fprintf(stderr, "%s: teardown: %s\n", label().c_str(), cudaGetErrorString(err));
+    }
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    stager_.reset();
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    // Device buffers (workspace, scratch) are freed by their owners after this body.
+  }
+
+  // Everything that can fail at construction.
+  absl::Status init() {
+    EXL3_RETURN_IF_ERROR(
+        cuda_status(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), label(), "cudaStreamCreateWithFlags"));
+    stager_ = std::make_unique<UploadStager>();
+    EXL3_RETURN_IF_ERROR(stager_->init(stream_));
+    const cublasStatus_t created = cublasCreate(&cublas_);
+    if (created != CUBLAS_STATUS_SUCCESS) {
+      cublas_ = nullptr;
+      return absl::InternalError(absl::StrCat(label(), ": cublasCreate failed: ", cublasGetStatusString(created)));
+    }
+    // The stream first: cublasSetStream resets the workspace to cuBLAS's default.
+    EXL3_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    if (workspace_bytes_ > 0) {
+      EXL3_ASSIGN_OR_RETURN(workspace_, allocator_.allocate(workspace_bytes_, "cuBLAS workspace"));
+      EXL3_CUBLAS_CHECK(cublasSetWorkspace(cublas_, workspace_.get(), workspace_bytes_));
+    }
+    EXL3_ASSIGN_OR_RETURN(check_result_, allocator_.allocate(2 * sizeof(unsigned long long), "F16 range check"));
+    return absl::OkStatus();
+  }
+
+  cudaStream_t stream() const { return stream_; }
+  const std::string& label() const { return allocator_.label(); }
+  void activate() const { EXL3_CUDA_CHECK(cudaSetDevice(device_)); }
+
+  Device device() const override { return Device::kCuda; }
+  std::string description() const override { return description_; }
+  DType activation_dtype() const override { return DType::kF16; }
+  DType kv_dtype() const override { return DType::kF16; }
+
+  // ---- Memory -------------------------------------------------------------------------------
+
+  absl::StatusOr<Tensor> allocate(DType dtype, const Shape& shape, const std::string& what) override {
+    for (int64_t d : shape) EXL3_CHECK(d >= 0, "allocate ", what, ": negative dimension in ", shape_string(shape));
+    activate();
+    const uint64_t bytes = static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype);
+    EXL3_ASSIGN_OR_RETURN(std::shared_ptr<void> memory, allocator_.allocate(bytes, what));
+    if (bytes > 0) EXL3_CUDA_CHECK(cudaMemsetAsync(memory.get(), 0, bytes, stream_));
+    void* data = memory.get();
+    return Tensor::wrap(Device::kCuda, dtype, shape, data, std::move(memory));
+  }
+  uint64_t allocated_bytes() const override { return allocator_.allocated_bytes(); }
+  uint64_t cap_bytes() const override { return allocator_.cap_bytes(); }
+
+  void upload(const Tensor& host, Tensor& dst) override {
+    EXL3_CHECK(host.defined() && host.on_host(), "upload source must be a host tensor");
+    check_device(dst, "upload destination");
+    EXL3_CHECK(host.dtype() == dst.dtype() && host.numel() == dst.numel(), "upload ", dtype_name(host.dtype()),
+               shape_string(host.shape()), " into ", dtype_name(dst.dtype()), shape_string(dst.shape()));
+    activate();
+    stager_->stage(host.raw(), dst.mutable_raw(), host.nbytes());
+  }
+
+  void download(const Tensor& src, Tensor& host) override {
+    check_device(src, "download source");
+    EXL3_CHECK(host.defined() && host.on_host(), "download destination must be a host tensor");
+    EXL3_CHECK(host.dtype() == src.dtype() && host.numel() == src.numel(), "download ", dtype_name(src.dtype()),
+               shape_string(src.shape()), " into ", dtype_name(host.dtype()), shape_string(host.shape()));
+    activate();
+    if (src.nbytes() > 0) {
+      EXL3_CUDA_CHECK(cudaMemcpyAsync(host.mutable_raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_));
+    }
+    EXL3_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+
+  absl::Status synchronize() override {
+    activate();
+    const cudaError_t err = cudaStreamSynchronize(stream_);
+    if (err != cudaSuccess) {
+      return absl::InternalError(absl::StrCat(label(), " (", description_, "): device fault: ", cudaGetErrorName(err),
+                                              ": ", cudaGetErrorString(err)));
+    }
+    return absl::OkStatus();
+  }
+
+  // ---- Weights --------------------------------------------------------------------------------
+
+  absl::StatusOr<LinearWeights> prepare_linear(const HostLinear& h, const std::string& name) override {
+    if (h.in_features <= 0 || h.out_features <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": linear of ", h.in_features, " inputs and ", h.out_features, " outputs"));
+    }
+    LinearWeights w;
+    w.in_features = h.in_features;
+    w.out_features = h.out_features;
+    w.is_exl3 = h.is_exl3;
+    if (h.is_exl3) {
+      EXL3_RETURN_IF_ERROR(validate_exl3(h, name));
+      const Exl3Weight& e = h.exl3;
+      w.exl3.k = e.k;
+      w.exl3.n = e.n;
+      w.exl3.bits = e.bits;
+      w.exl3.codebook = e.codebook;
+      EXL3_ASSIGN_OR_RETURN(w.exl3.trellis, to_device(e.trellis, DType::kI16, absl::StrCat(name, ".trellis")));
+      EXL3_ASSIGN_OR_RETURN(w.exl3.suh, to_device(e.suh, DType::kF16, absl::StrCat(name, ".suh")));
+      EXL3_ASSIGN_OR_RETURN(w.exl3.svh, to_device(e.svh, DType::kF16, absl::StrCat(name, ".svh")));
+      w.bytes = w.exl3.trellis.nbytes() + w.exl3.suh.nbytes() + w.exl3.svh.nbytes();
+    } else {
+      const Tensor& d = h.dense;
+      if (!d.defined() || !d.on_host() || !is_float(d.dtype()) || d.shape() != Shape({h.out_features, h.in_features})) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            name, ": dense weight must be a host F32/F16/BF16 tensor [", h.out_features, ", ", h.in_features, "], got ",
+            d.defined() ? dtype_name(d.dtype()) : "none", " ", shape_string(d.shape())));
+      }
+      // Resident as F16 [out, in] for cuBLAS. BF16 and F32 are rounded to F16 (to nearest); a value
+      // beyond the F16 range is refused by name (to_device), values below 2^-14 become subnormal.
+      EXL3_ASSIGN_OR_RETURN(w.dense, to_device(d, DType::kF16, name));
+      w.bytes = w.dense.nbytes();
+    }
+    if (h.bias.defined()) {
+      if (!h.bias.on_host() || !is_float(h.bias.dtype()) || h.bias.numel() != h.out_features) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": bias must be a host float tensor of ", h.out_features,
+                                                       " values, got ", dtype_name(h.bias.dtype()), " ",
+                                                       shape_string(h.bias.shape())));
+      }
+      // F16/BF16 -> F32 is exact.
+      EXL3_ASSIGN_OR_RETURN(w.bias,
+                            to_device(h.bias.reshape({h.out_features}), DType::kF32, absl::StrCat(name, ".bias")));
+      w.bytes += w.bias.nbytes();
+    }
+    return w;
+  }
+
+  absl::StatusOr<Tensor> prepare_tensor(const Tensor& host, DType dtype, const std::string& name) override {
+    if (!is_float(dtype) || !host.defined() || !is_float(host.dtype())) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": prepare_tensor converts between F32, F16 and BF16, not ",
+                                                     host.defined() ? dtype_name(host.dtype()) : "none", " -> ",
+                                                     dtype_name(dtype)));
+    }
+    return to_device(host, dtype, name);
+  }
+
+  // Linear and attention scratch (see cuda_backend.h); keeps the larger of the old and new sizes.
+  absl::Status reserve_scratch(int64_t max_rows, int64_t max_features) override {
+    if (max_rows <= 0 || max_features <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("reserve_scratch: max_rows ", max_rows, ", max_features ", max_features));
+    }
+    if (max_rows <= scratch_rows_ && max_features <= scratch_features_) return absl::OkStatus();
+    const int64_t rows = std::max(max_rows, scratch_rows_);
+    const int64_t features = std::max(max_features, scratch_features_);
+    activate();
+    // Queued ops may still read the old scratch; release it before the new one is counted.
+    EXL3_RETURN_IF_ERROR(synchronize());
+    scratch_a_.reset();
+    scratch_c_.reset();
+    attention_scratch_.reset();
+    scratch_rows_ = scratch_features_ = 0;
+    attention_scratch_floats_ = 0;
+    const uint64_t elements = static_cast<uint64_t>(rows * features);
+    EXL3_ASSIGN_OR_RETURN(scratch_a_,
+                          allocator_.allocate(elements * sizeof(__half),
+                                              absl::StrCat("linear scratch F16 [", rows, ", ", features, "]")));
+    EXL3_ASSIGN_OR_RETURN(
+        scratch_c_,
+        allocator_.allocate(elements * sizeof(float), absl::StrCat("linear scratch F32 [", rows, ", ", features, "]")));
+    scratch_rows_ = rows;
+    scratch_features_ = features;
+
+    // attention_scratch_floats grows with tokens · heads and head_dim; heads · head_dim is at most
+    // max_features and head_dim at most 128, so (rows, features / 64, 128) bounds every attention
+    // this backend will be asked to run (attention() checks it anyway).
+    const int64_t floats = attention_scratch_floats(rows, std::max<int64_t>(1, features / 64), 128);
+    EXL3_ASSIGN_OR_RETURN(attention_scratch_,
+                          allocator_.allocate(static_cast<uint64_t>(floats) * sizeof(float),
+                                              absl::StrCat("attention scratch (", floats, " floats)")));
+    attention_scratch_floats_ = floats;
+    return absl::OkStatus();
+  }
+
+  // ---- Ops ----------------------------------------------------------------------------------
+
+  void zero(Tensor& t) override {
+    check_device(t, "zero");
+    if (t.nbytes() > 0) EXL3_CUDA_CHECK(cudaMemsetAsync(t.mutable_raw(), 0, t.nbytes(), stream_));
+  }
+
+  void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
+    check_device(table, "embedding table");
+    EXL3_CHECK(is_float(table.dtype()) && table.rank() == 2, "embedding table must be F32/F16/BF16 [vocab, d], got ",
+               dtype_name(table.dtype()), " ", shape_string(table.shape()));
+    check_dtype(ids, DType::kI32, "embedding ids");
+    check_dtype(out, DType::kF32, "embedding out");
+    const int64_t n = ids.numel(), dim = table.dim(1);
+    EXL3_CHECK(out.numel() == n * dim, "embedding out ", shape_string(out.shape()), " for ", n, " ids of ", dim);
+    EmbeddingParams p;
+    p.table = table.raw();
+    p.table_dtype = table.dtype();
+    p.ids = ptr<int32_t>(ids);
+    p.out = mut<float>(out);
+    p.n = n;
+    p.dim = dim;
+    p.vocab = table.dim(0);
+    launch_embedding(p, stream_);
+  }
+
+  void rms_norm(const Tensor& x, const Tensor& weight, float eps, Tensor& out) override {
+    check_f32_or_f16(x, "rms_norm x");
+    check_f32_or_f16(out, "rms_norm out");
+    check_dtype(weight, DType::kF32, "rms_norm weight");
+    const int64_t dim = weight.numel();
+    EXL3_CHECK(dim > 0 && x.numel() % dim == 0 && out.numel() == x.numel(), "rms_norm: x ", shape_string(x.shape()),
+               " out ", shape_string(out.shape()), " weight ", shape_string(weight.shape()));
+    EXL3_CHECK(x.raw() != out.raw() || x.dtype() == out.dtype(), "rms_norm in place needs one dtype");
+    RmsNormParams p;
+    p.x = x.raw();
+    p.x_dtype = x.dtype();
+    p.weight = ptr<float>(weight);
+    p.out = out.mutable_raw();
+    p.out_dtype = out.dtype();
+    p.rows = x.numel() / dim;
+    p.dim = dim;
+    p.eps = eps;
+    launch_rms_norm(p, stream_);
+  }
+
+  void add(Tensor& x, const Tensor& y) override {
+    check_dtype(x, DType::kF32, "add x");
+    check_f32_or_f16(y, "add y");
+    EXL3_CHECK(x.numel() == y.numel(), "add: x ", shape_string(x.shape()), " y ", shape_string(y.shape()));
+    AddParams p;
+    p.x = mut<float>(x);
+    p.y = y.raw();
+    p.y_dtype = y.dtype();
+    p.n = x.numel();
+    launch_add(p, stream_);
+  }
+
+  void linear(const LinearWeights& w, const Tensor& x, Tensor& y) override {
+    check_dtype(x, DType::kF16, "linear x");
+    check_f32_or_f16(y, "linear y");
+    EXL3_CHECK(x.rank() == 2 && x.dim(1) == w.in_features, "linear x ", shape_string(x.shape()), " for ", w.in_features,
+               " inputs");
+    const int64_t m = x.dim(0);
+    EXL3_CHECK(y.rank() == 2 && y.dim(0) == m && y.dim(1) == w.out_features, "linear y ", shape_string(y.shape()),
+               " for ", m, " rows of ", w.out_features, " outputs");
+    if (w.bias.defined()) {
+      check_dtype(w.bias, DType::kF32, "linear bias");
+      EXL3_CHECK(w.bias.numel() == w.out_features, "linear bias ", shape_string(w.bias.shape()));
+    }
+    if (m == 0) return;  // an empty batch has no buffers to point at
+    const float* bias = w.bias.defined() ? ptr<float>(w.bias) : nullptr;
+    const bool y_f32 = y.dtype() == DType::kF32;
+    if (w.is_exl3) {
+      const Exl3Weight& e = w.exl3;
+      check_dtype(e.trellis, DType::kI16, "linear trellis");
+      check_dtype(e.suh, DType::kF16, "linear suh");
+      check_dtype(e.svh, DType::kF16, "linear svh");
+      EXL3_CHECK(m <= scratch_rows_ && e.k <= scratch_features_ && e.n <= scratch_features_, "linear: ", m,
+                 " rows through a ", e.k, "x", e.n, " EXL3 linear but reserve_scratch reserved ", scratch_rows_,
+                 " rows of ", scratch_features_, " features");
+      Exl3LinearParams p;
+      p.x = ptr<__half>(x);
+      p.m = m;
+      p.in_features = w.in_features;
+      p.out_features = w.out_features;
+      p.trellis = ptr<int16_t>(e.trellis);
+      p.suh = ptr<__half>(e.suh);
+      p.svh = ptr<__half>(e.svh);
+      p.bias = bias;
+      p.k = e.k;
+      p.n = e.n;
+      p.bits = e.bits;
+      p.codebook = e.codebook;
+      p.y = y.mutable_raw();
+      p.y_f32 = y_f32;
+      p.scratch_a = static_cast<__half*>(scratch_a_.get());
+      p.scratch_c = static_cast<float*>(scratch_c_.get());
+      launch_exl3_linear(p, stream_);
+      return;
+    }
+    check_dtype(w.dense, DType::kF16, "linear dense weight");
+    EXL3_CHECK(w.dense.shape() == Shape({w.out_features, w.in_features}), "linear dense weight ",
+               shape_string(w.dense.shape()));
+    DenseLinearParams p;
+    p.x = ptr<__half>(x);
+    p.w = ptr<__half>(w.dense);
+    p.bias = bias;
+    p.y = y.mutable_raw();
+    p.y_f32 = y_f32;
+    p.m = m;
+    p.in_features = w.in_features;
+    p.out_features = w.out_features;
+    if (bias != nullptr && !y_f32) {
+      EXL3_CHECK(m <= scratch_rows_ && w.out_features <= scratch_features_, "linear: an F16 output with a bias of ", m,
+                 " rows of ", w.out_features, " needs the F32 scratch, reserved for ", scratch_rows_, " rows of ",
+                 scratch_features_);
+      p.scratch_c = static_cast<float*>(scratch_c_.get());
+    }
+    launch_dense_linear(p, cublas_, stream_);
+  }
+
+  void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {
+    check_dtype(gate, DType::kF16, "silu_mul gate");
+    check_dtype(up, DType::kF16, "silu_mul up");
+    check_dtype(out, DType::kF16, "silu_mul out");
+    EXL3_CHECK(gate.shape() == up.shape() && out.numel() == gate.numel(), "silu_mul: gate ", shape_string(gate.shape()),
+               " up ", shape_string(up.shape()), " out ", shape_string(out.shape()));
+    SiluMulParams p;
+    p.gate = ptr<__half>(gate);
+    p.up = ptr<__half>(up);
+    p.out = mut<__half>(out);
+    p.n = gate.numel();
+    launch_silu_mul(p, stream_);
+  }
+
+  void rope(Tensor& x, const Tensor& positions, const Tensor& inv_freq, float attention_scaling) override {
+    check_dtype(x, DType::kF16, "rope x");
+    check_dtype(positions, DType::kI32, "rope positions");
+    check_dtype(inv_freq, DType::kF32, "rope inv_freq");
+    EXL3_CHECK(x.rank() == 3, "rope x must be [tokens, heads, head_dim], got ", shape_string(x.shape()));
+    EXL3_CHECK(positions.numel() == x.dim(0), "rope: ", positions.numel(), " positions for ", x.dim(0), " tokens");
+    EXL3_CHECK(2 * inv_freq.numel() <= x.dim(2), "rope: rotary dim ", 2 * inv_freq.numel(), " > head_dim ", x.dim(2));
+    RopeParams p;
+    p.x = mut<__half>(x);
+    p.positions = ptr<int32_t>(positions);
+    p.inv_freq = ptr<float>(inv_freq);
+    p.tokens = x.dim(0);
+    p.heads = x.dim(1);
+    p.head_dim = x.dim(2);
+    p.rotary_dim = 2 * inv_freq.numel();
+    p.attention_scaling = attention_scaling;
+    launch_rope(p, stream_);
+  }
+
+  void kv_write(PagedKv& cache, const Tensor& k, const Tensor& v, const StepMeta& meta) override {
+    check_cache(cache);
+    check_meta(meta);
+    check_dtype(k, DType::kF16, "kv_write k");
+    check_dtype(v, DType::kF16, "kv_write v");
+    const int64_t kv_heads = cache.k_pages.dim(2), head_dim = cache.k_pages.dim(3);
+    EXL3_CHECK(k.shape() == v.shape() && k.shape() == Shape({meta.num_tokens, kv_heads, head_dim}), "kv_write: k ",
+               shape_string(k.shape()), " v ", shape_string(v.shape()), " for ", meta.num_tokens, " tokens and pages ",
+               shape_string(cache.k_pages.shape()));
+    KvWriteParams p;
+    p.k = ptr<__half>(k);
+    p.v = ptr<__half>(v);
+    p.k_pages = mut<__half>(cache.k_pages);
+    p.v_pages = mut<__half>(cache.v_pages);
+    p.kv_heads = kv_heads;
+    p.head_dim = head_dim;
+    p.num_pages = cache.k_pages.dim(0);
+    p.batch = paged_batch(meta, cache.page_size);
+    launch_kv_write(p, stream_);
+  }
+
+  void attention(const Tensor& q, const PagedKv& cache, const StepMeta& meta, Tensor& out) override {
+    check_cache(cache);
+    check_meta(meta);
+    check_dtype(q, DType::kF16, "attention q");
+    check_dtype(out, DType::kF16, "attention out");
+    EXL3_CHECK(q.rank() == 3 && q.dim(0) == meta.num_tokens && out.shape() == q.shape(), "attention: q ",
+               shape_string(q.shape()), " out ", shape_string(out.shape()), " for ", meta.num_tokens, " tokens");
+    const int64_t heads = q.dim(1), head_dim = q.dim(2), kv_heads = cache.k_pages.dim(2);
+    EXL3_CHECK(cache.k_pages.dim(3) == head_dim && heads % kv_heads == 0, "attention: ", heads, " heads of ", head_dim,
+               " over pages ", shape_string(cache.k_pages.shape()));
+    const int64_t needed = attention_scratch_floats(meta.num_tokens, heads, head_dim);
+    EXL3_CHECK(needed <= attention_scratch_floats_, "attention of ", meta.num_tokens, " tokens of ", heads,
+               " heads needs ", needed, " scratch floats, ", attention_scratch_floats_, " reserved by reserve_scratch");
+    if (meta.num_tokens == 0) return;
+    AttentionParams p;
+    p.q = ptr<__half>(q);
+    p.k_pages = ptr<__half>(cache.k_pages);
+    p.v_pages = ptr<__half>(cache.v_pages);
+    p.out = mut<__half>(out);
+    p.heads = heads;
+    p.kv_heads = kv_heads;
+    p.head_dim = head_dim;
+    p.num_pages = cache.k_pages.dim(0);
+    p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
+    p.batch = paged_batch(meta, cache.page_size);
+    p.scratch = static_cast<float*>(attention_scratch_.get());
+    p.scratch_floats = attention_scratch_floats_;
+    launch_attention(p, stream_);
+  }
+
+  void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) override {
+    check_device(x, "gather_rows x");
+    check_device(out, "gather_rows out");
+    check_dtype(rows, DType::kI32, "gather_rows rows");
+    EXL3_CHECK(x.dtype() == out.dtype() && x.rank() >= 1 && out.rank() == x.rank() && out.dim(0) == rows.numel(),
+               "gather_rows: x ", dtype_name(x.dtype()), shape_string(x.shape()), " out ", dtype_name(out.dtype()),
+               shape_string(out.shape()), " rows ", shape_string(rows.shape()));
+    const int64_t row_elements = x.dim(0) == 0 ? 0 : x.numel() / x.dim(0);
+    EXL3_CHECK(out.numel() == rows.numel() * row_elements, "gather_rows: rows of x and out differ: x ",
+               shape_string(x.shape()), " out ", shape_string(out.shape()));
+    GatherRowsParams p;
+    p.x = x.raw();
+    p.out = out.mutable_raw();
+    p.rows = ptr<int32_t>(rows);
+    p.num_rows = rows.numel();
+    p.row_bytes = row_elements * static_cast<int64_t>(dtype_size(x.dtype()));
+    p.src_rows = x.dim(0);
+    launch_gather_rows(p, stream_);
+  }
+
+  DeviceMemoryReport memory_report() const {
+    activate();
+    size_t free_bytes = 0, total_bytes = 0;
+    EXL3_CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    DeviceMemoryReport r;
+    r.device_used_bytes = total_bytes - free_bytes;
+    r.device_total_bytes = total_bytes;
+    r.backend_bytes = allocated_bytes();
+    r.cap_bytes = cap_bytes();
+    return r;
+  }
+
+ private:
+  absl::Status validate_exl3(const HostLinear& h, const std::string& name) const {
+    const Exl3Weight& e = h.exl3;
+    const bool sizes_ok = e.k > 0 && e.k % 128 == 0 && e.n > 0 && e.n % 128 == 0 && e.bits >= 1 && e.bits <= 8 &&
+                          h.in_features <= e.k && h.out_features <= e.n;
+    const bool trellis_ok = e.trellis.defined() && e.trellis.on_host() && e.trellis.dtype() == DType::kI16 &&
+                            e.trellis.shape() == Shape({e.k / 16, e.n / 16, 16 * e.bits});
+    const bool scales_ok = e.suh.defined() && e.suh.on_host() && e.suh.dtype() == DType::kF16 && e.suh.numel() == e.k &&
+                           e.svh.defined() && e.svh.on_host() && e.svh.dtype() == DType::kF16 && e.svh.numel() == e.n;
+    if (sizes_ok && trellis_ok && scales_ok) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": EXL3 linear k=", e.k, " n=", e.n, " bits=", e.bits, " for ", h.in_features, " -> ", h.out_features,
+        " features with trellis ", e.trellis.defined() ? dtype_name(e.trellis.dtype()) : "none",
+        shape_string(e.trellis.shape()), ", suh ", shape_string(e.suh.shape()), ", svh ", shape_string(e.svh.shape()),
+        " (needs k, n multiples of 128, bits 1..8, host I16 trellis [k/16, n/16, ",
+        "16*bits], host F16 suh [k] and svh [n])"));
+  }
+
+  // A host tensor placed on the device as `dtype`: copied when the dtypes agree, otherwise
+  // converted on the device chunk by chunk (F32/F16/BF16 only). An F16 result is checked for
+  // values that did not fit (±inf after rounding) or were not finite, and refused by name.
+  absl::StatusOr<Tensor> to_device(const Tensor& host, DType dtype, const std::string& name) {
+    if (!host.defined() || !host.on_host()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": not a host tensor"));
+    }
+    if (host.dtype() != dtype && !(is_float(host.dtype()) && is_float(dtype))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": cannot convert ", dtype_name(host.dtype()), " to ", dtype_name(dtype)));
+    }
+    EXL3_ASSIGN_OR_RETURN(Tensor dst, allocate(dtype, host.shape(), name));
+    if (host.dtype() == dtype) {
+      upload(host, dst);
+    } else {
+      const size_t in_size = dtype_size(host.dtype()), out_size = dtype_size(dtype);
+      const int64_t n = host.numel();
+      const int64_t chunk = std::max<int64_t>(1, std::min<int64_t>(n, kConvertChunkBytes / in_size));
+      EXL3_ASSIGN_OR_RETURN(
+          std::shared_ptr<void> buffer,
+          allocator_.allocate(static_cast<uint64_t>(chunk) * in_size, absl::StrCat("conversion buffer for ", name)));
+      const auto* src = static_cast<const uint8_t*>(host.raw());
+      auto* out = static_cast<uint8_t*>(dst.mutable_raw());
+      for (int64_t begin = 0; begin < n; begin += chunk) {
+        const int64_t count = std::min(chunk, n - begin);
+        stager_->stage(src + begin * in_size, buffer.get(), static_cast<size_t>(count) * in_size);
+        ConvertParams p;
+        p.in = buffer.get();
+        p.in_dtype = host.dtype();
+        p.out = out + begin * out_size;
+        p.out_dtype = dtype;
+        p.n = count;
+        launch_convert(p, stream_);
+      }
+      // The buffer is freed on return: let the conversions finish first.
+      EXL3_RETURN_IF_ERROR(synchronize());
+    }
+    if (dtype == DType::kF16) EXL3_RETURN_IF_ERROR(check_f16_range(dst, host, name));
+    return dst;
+  }
+
+  absl::Status check_f16_range(const Tensor& dst, const Tensor& host, const std::string& name) {
+    auto* result = static_cast<unsigned long long*>(check_result_.get());
+    CountNonfiniteParams p;
+    p.x = ptr<__half>(dst);
+    p.n = dst.numel();
+    p.result = result;
+    launch_count_nonfinite(p, stream_);
+    unsigned long long counts[2] = {0, 0};
+    EXL3_CUDA_CHECK(cudaMemcpyAsync(counts, result, sizeof(counts), cudaMemcpyDeviceToHost, stream_));
+    EXL3_RETURN_IF_ERROR(synchronize());
+    if (counts[0] == 0) return absl::OkStatus();
+    const int64_t first = static_cast<int64_t>(counts[1]);
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, ": ", counts[0], " of ", dst.numel(), " values do not fit F16 (beyond ±65504, or not finite); the ",
+        "first is element ", first, " = ", host_value(host, first), " (", dtype_name(host.dtype()), ")"));
+  }
+
+  int device_;
+  std::string description_;
+  DeviceAllocator allocator_;
+  size_t workspace_bytes_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::shared_ptr<void> workspace_;
+  std::shared_ptr<void> check_result_;  // 2 × u64 for check_f16_range
+
+  std::unique_ptr<UploadStager> stager_;
+
+  std::shared_ptr<void> scratch_a_, scratch_c_;  // F16 and F32 [scratch_rows_, scratch_features_]
+  int64_t scratch_rows_ = 0, scratch_features_ = 0;
+  std::shared_ptr<void> attention_scratch_;
+  int64_t attention_scratch_floats_ = 0;
+};
+
+CudaBackend& as_cuda(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  EXL3_CHECK(cuda != nullptr, backend.description(), " is not a CUDA backend");
+  return *cuda;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess) {
+    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(err)));
+  }
+  if (options.device < 0 || options.device >= count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CUDA device ", options.device, " does not exist (", count, " visible)"));
+  }
+  const std::string device_label = absl::StrCat("cuda:", options.device);
+  EXL3_RETURN_IF_ERROR(cuda_status(cudaSetDevice(options.device), device_label, "cudaSetDevice"));
+  cudaDeviceProp prop{};
+  EXL3_RETURN_IF_ERROR(
+      cuda_status(cudaGetDeviceProperties(&prop, options.device), device_label, "cudaGetDeviceProperties"));
+  auto backend = std::make_unique<CudaBackend>(options, options.label.empty() ? device_label : options.label,
+                                               absl::StrCat(device_label, " ", prop.name));
+  EXL3_RETURN_IF_ERROR(backend->init());
+  return std::unique_ptr<Backend>(std::move(backend));
+}
+
+cudaStream_t cuda_stream_of(Backend& backend) { return as_cuda(backend).stream(); }
+
+DeviceMemoryReport device_memory_report(Backend& backend) { return as_cuda(backend).memory_report(); }
+
+std::string DeviceMemoryReport::to_string() const {
+  return absl::StrCat("device ", describe_bytes(device_used_bytes), " used of ", describe_bytes(device_total_bytes),
+                      "; backend ", describe_bytes(backend_bytes), " allocated, cap ",
+                      cap_bytes == 0 ? std::string("none") : describe_bytes(cap_bytes));
+}
+
+}  // namespace exl3

@@ -1,0 +1,116 @@
+// Worker device set-up: the CUDA backend and NCCL communicator of a GPU rank (EXL3_WORKER_CUDA
+// builds), or clear refusals in a CPU-only build.
+#include "worker/service/worker_device.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+
+#if EXL3_WORKER_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "worker/comm/nccl_communicator.h"
+#endif
+
+namespace exl3 {
+
+std::string default_nccl_nvls_off() {
+  setenv("NCCL_NVLS_ENABLE", "0", /*overwrite=*/0);
+  const char* value = std::getenv("NCCL_NVLS_ENABLE");
+  return value == nullptr ? "" : value;
+}
+
+#if EXL3_WORKER_CUDA
+
+namespace {
+
+absl::Status cuda_error(cudaError_t err, int device, const char* what) {
+  return absl::FailedPreconditionError(absl::StrCat("CUDA device ", device, ": ", what, " failed: ",
+                                                    cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+}
+
+}  // namespace
+
+bool worker_has_cuda() { return true; }
+
+absl::StatusOr<DeviceFacts> cuda_device_facts(int device) {
+  int count = 0;
+  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device (CUDA_VISIBLE_DEVICES=",
+                                                      visible == nullptr ? "<unset>" : visible, "): ",
+                                                      cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
+  }
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " does not exist (", count, " visible)"));
+  }
+  if (const cudaError_t err = cudaSetDevice(device); err != cudaSuccess) return cuda_error(err, device, "cudaSetDevice");
+  cudaDeviceProp prop{};
+  if (const cudaError_t err = cudaGetDeviceProperties(&prop, device); err != cudaSuccess) {
+    return cuda_error(err, device, "cudaGetDeviceProperties");
+  }
+  size_t free_bytes = 0, total_bytes = 0;
+  if (const cudaError_t err = cudaMemGetInfo(&free_bytes, &total_bytes); err != cudaSuccess) {
+    return cuda_error(err, device, "cudaMemGetInfo");
+  }
+  DeviceFacts f;
+  f.name = absl::StrCat("cuda:", device, " ", prop.name);
+  f.total_bytes = static_cast<int64_t>(total_bytes);
+  f.free_bytes = static_cast<int64_t>(free_bytes);
+  return f;
+}
+
+absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int rank, int device, uint64_t cap_bytes) {
+  CudaBackendOptions o;
+  o.device = device;
+  o.cap_bytes = cap_bytes;
+  o.label = absl::StrCat("rank ", rank);
+  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_cuda_backend(o));
+  return std::shared_ptr<Backend>(std::move(backend));
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> make_rank_nccl_communicator(const RankNcclOptions& options,
+                                                                          Backend& backend, RendezvousStore& store) {
+  NcclOptions o;
+  o.rank = options.rank;
+  o.world_size = options.world_size;
+  o.device = options.device;
+  o.stream = cuda_stream_of(backend);
+  o.prefix = options.prefix;
+  o.timeout = options.timeout;
+  o.init_timeout = options.init_timeout;
+  return make_nccl_communicator(o, store);
+}
+
+MeasuredDeviceMemory measure_cuda_memory(Backend& backend) {
+  const DeviceMemoryReport r = device_memory_report(backend);
+  MeasuredDeviceMemory m;
+  m.used_bytes = r.device_used_bytes;
+  m.total_bytes = r.device_total_bytes;
+  m.allocated_bytes = r.backend_bytes;
+  m.cap_bytes = r.cap_bytes;
+  m.text = r.to_string();
+  return m;
+}
+
+#else  // !EXL3_WORKER_CUDA
+
+bool worker_has_cuda() { return false; }
+
+absl::StatusOr<DeviceFacts> cuda_device_facts(int) { return absl::FailedPreconditionError(kNoCudaMessage); }
+
+absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int, int, uint64_t) {
+  return absl::FailedPreconditionError(kNoCudaMessage);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> make_rank_nccl_communicator(const RankNcclOptions&, Backend&,
+                                                                          RendezvousStore&) {
+  return absl::FailedPreconditionError(kNoCudaMessage);
+}
+
+MeasuredDeviceMemory measure_cuda_memory(Backend&) { return MeasuredDeviceMemory{}; }
+
+#endif
+
+}  // namespace exl3
