@@ -97,7 +97,7 @@ int main(int argc, char** argv) {
       if (!probe.built_with_cuda) {
         std::fprintf(stderr, "exl3-launch: %s: this build has no CUDA backend (built without CUDA): pass --cpu-workers N "
                              "to run on the CPU, or rebuild with -DEXL3_CUDA=ON\n",
-                     gpus_given ? "--gpus" : "no --gpus or --cpu-workers given and no GPU visible");
+                     gpus_given ? "--gpus" : "no --gpus or --cpu-workers given");
         return 2;
       }
       if (probe.count == 0) {
@@ -117,7 +117,8 @@ int main(int argc, char** argv) {
           return 2;
         }
       }
-    } else if (split.empty()) {
+    }
+    if (o.plan_only && split.empty()) {
       std::fprintf(stderr, "exl3-launch: --plan-only --gpus needs --split GIB,... (one cap per GPU): the plan is made "
                            "without touching the GPUs\n");
       return 2;

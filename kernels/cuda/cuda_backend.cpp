@@ -172,7 +172,10 @@ class CudaBackend final : public Backend {
     EXL3_ASSIGN_OR_RETURN(std::shared_ptr<void> memory, allocator_.allocate(bytes, what));
     if (bytes > 0) EXL3_CUDA_CHECK(cudaMemsetAsync(memory.get(), 0, bytes, stream_));
     void* data = memory.get();
-    return Tensor::wrap(Device::kCuda, dtype, shape, data, std::move(memory));
+    // An empty tensor holds no device memory but is still a defined tensor.
+    std::shared_ptr<const void> owner = memory ? std::shared_ptr<const void>(std::move(memory))
+                                               : std::make_shared<const char>('\0');
+    return Tensor::wrap(Device::kCuda, dtype, shape, data, std::move(owner));
   }
   uint64_t allocated_bytes() const override { return allocator_.allocated_bytes(); }
   uint64_t cap_bytes() const override { return allocator_.cap_bytes(); }

@@ -45,7 +45,7 @@ TEST(Exl3EvalCli, DumpLogitsMatchesExLlamaV3) {
   ASSERT_EQ(b.shape(), (Shape{4, 32, 4096}));
   const LogitsComparison c = compare_logits(a, b);
   std::printf("exl3-eval --dump-logits vs ExLlamaV3: mean KL %.3g, top-1 %.4f\n", c.mean_kl, c.top1_agreement);
-  EXPECT_LE(c.mean_kl, 1e-3);
+  EXPECT_LE(c.mean_kl, 3e-5);  // 10x today's 2.6e-6
   EXPECT_GE(c.top1_agreement, 0.98);
   const Tensor ids = *(*ours)->get("input_ids");
   EXPECT_EQ(ids.dtype(), DType::kI64);

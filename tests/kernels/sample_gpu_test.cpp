@@ -180,6 +180,8 @@ std::vector<float> make_logits(int64_t vocab, int shape, std::mt19937& gen) {
     if (shape == 1) l = std::round(l * 4.0f) / 4.0f;
     if (shape == 2 && unit(gen) < 0.1f) l = -std::numeric_limits<float>::infinity();
   }
+  // The sampler's contract needs one finite logit: a masked row keeps its first token.
+  if (!std::isfinite(logits[0])) logits[0] = normal(gen);
   // A few strong tokens so that the filters keep small sets in some rows.
   if (vocab > 16 && shape != 3) {
     for (int k = 0; k < 4; ++k) logits[gen() % vocab] = 6.0f + static_cast<float>(k % 2);

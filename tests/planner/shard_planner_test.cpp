@@ -575,9 +575,9 @@ TEST(ShardPlanner, OneRankHoldsEverything) {
   }
 }
 
-// The CUDA footprint (stored bytes) of the fixture: plans in both modes cover everything within
-// the caps; in tp mode the ranks together hold the file's bytes plus the unsplit EXL3 scale
-// vectors (suh/svh) and markers that every holder of a slice keeps.
+// The CUDA footprint of the fixture: plans in both modes cover everything within the caps; in tp
+// mode the ranks together hold the whole model plus the unsplit EXL3 scale vectors (suh/svh) that
+// every holder of a slice keeps.
 TEST(ShardPlanner, CudaFootprintOfTheFixture) {
   const std::string dir = testing::source_path("models/exl3-4.0bpw");
   auto config = load_model_config(dir);
@@ -592,7 +592,9 @@ TEST(ShardPlanner, CudaFootprintOfTheFixture) {
     for (int n = 1; n <= 8; ++n) {
       SCOPED_TRACE(::testing::Message() << plan_mode_name(mode) << ", " << n << " ranks");
       PlannerOptions o = with(k, mode, {});
-      const uint64_t per_rank = fp->replicated_bytes() + fp->workspace.bytes(o.step_tokens, o.max_seq_len);
+      PlannerOptions sized = o;  // the CUDA reserve depends on the world size (NCCL buffers)
+      sized.caps.assign(n, 0);
+      const uint64_t per_rank = fp->replicated_bytes() + rank_reserve_bytes(*fp, sized);
       for (double w : one_to_three(n)) {
         o.caps.push_back(per_rank +
                          static_cast<uint64_t>(2.0 * w / n * (stored + fp->total_cache_bytes(o.cache_tokens()))));

@@ -17,7 +17,8 @@ struct SequenceForwardOptions {
 Tensor forward_sequence(const LlamaModel& model, std::span<const int32_t> ids, const SequenceForwardOptions& options);
 
 // Mean over positions of KL(p || q) with p, q the softmax of two logits rows [n, vocab], and the
-// fraction of positions whose argmax agrees.
+// fraction of positions where our argmax is also a maximum of the reference (a reference kept in
+// bf16 ties tokens for first place at some positions; any of the tied tokens agrees).
 struct LogitsComparison {
   double mean_kl = 0.0;
   double max_kl = 0.0;

@@ -227,22 +227,8 @@ class WorkerSession {
 }  // namespace
 
 absl::Status run_worker(const WorkerOptions& options) {
-  grpc::ChannelArguments args;
-  // Notice a vanished coordinator host within seconds even while idle.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  args.SetMaxReceiveMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(), args);
-  const auto deadline = std::chrono::system_clock::now() + options.connect_timeout;
-  if (!channel->WaitForConnected(deadline)) {
-    return absl::UnavailableError(absl::StrCat("rank ", options.rank, ": cannot reach the coordinator at ",
-                                               options.coordinator, " within ", options.connect_timeout.count(), " ms"));
-  }
-  auto stub = pb::Control::NewStub(channel);
+  // The device first: a GPU that is missing fails the worker at once, before it joins the group.
   pb::RegisterRequest req;
-  req.set_rank(options.rank);
-  req.set_world_size(options.world_size);
   pb::DeviceInfo* dev = req.mutable_device();
   dev->set_backend(options.backend);
   if (options.backend == "cuda") {
@@ -256,6 +242,21 @@ absl::Status run_worker(const WorkerOptions& options) {
     dev->set_total_bytes(options.memory_bytes > 0 ? options.memory_bytes : total_ram_bytes());
     dev->set_free_bytes(options.memory_bytes > 0 ? options.memory_bytes : available_ram_bytes());
   }
+  grpc::ChannelArguments args;
+  // Notice a vanished coordinator host within seconds even while idle.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  auto channel = grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(), args);
+  const auto deadline = std::chrono::system_clock::now() + options.connect_timeout;
+  if (!channel->WaitForConnected(deadline)) {
+    return absl::UnavailableError(absl::StrCat("rank ", options.rank, ": cannot reach the coordinator at ",
+                                               options.coordinator, " within ", options.connect_timeout.count(), " ms"));
+  }
+  auto stub = pb::Control::NewStub(channel);
+  req.set_rank(options.rank);
+  req.set_world_size(options.world_size);
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   req.set_hostname(host);
