@@ -28,7 +28,13 @@ if(EXL3_CUDA STREQUAL "ON" OR EXL3_CUDA STREQUAL "AUTO")
     set(EXL3_HAVE_CUDA ON)
   elseif(EXL3_CUDA STREQUAL "ON")
     message(FATAL_ERROR "EXL3_CUDA=ON but no CUDA compiler was found (set CMAKE_CUDA_COMPILER)")
+  else()
+    message(WARNING "EXL3_CUDA=AUTO found no CUDA compiler (nvcc): building the CPU backend only. "
+                    "The CUDA backend, NCCL, GPU tests and exl3-launch --gpus are NOT built. Install the "
+                    "CUDA toolkit (or pass -DCMAKE_CUDA_COMPILER=/path/to/nvcc) to build them.")
   endif()
 endif()
 message(STATUS "EXL3_CUDA=${EXL3_CUDA}: CUDA backend ${EXL3_HAVE_CUDA}"
         "${CMAKE_CUDA_ARCHITECTURES}")
+# What was decided, for scripts that read the cache (scripts/test prints a banner when OFF).
+set(EXL3_CUDA_BUILT ${EXL3_HAVE_CUDA} CACHE INTERNAL "Whether the CUDA backend is built")

@@ -91,6 +91,18 @@ class Backend {
   virtual absl::StatusOr<LinearWeights> prepare_linear(const HostLinear& host, const std::string& name) = 0;
   // A host tensor converted to `dtype` (F32/F16/BF16 from F32/F16/BF16) and placed on the device.
   virtual absl::StatusOr<Tensor> prepare_tensor(const Tensor& host, DType dtype, const std::string& name) = 0;
+  // A read-mostly table of which a step needs only a few rows (the embedding), in `dtype` (as
+  // prepare_tensor). CUDA: pinned, device-mapped host memory that kernels read in place over PCIe
+  // (a 70B's 2 GB embedding then costs no device memory on any rank; ExLlamaV3 does the same);
+  // the tensor is tagged kCuda (device-addressable) and is not counted in allocated_bytes().
+  // CPU: an ordinary tensor.
+  virtual absl::StatusOr<Tensor> prepare_host_table(const Tensor& host, DType dtype, const std::string& name) = 0;
+  // Bytes held by prepare_host_table tables (host memory).
+  virtual uint64_t host_table_bytes() const = 0;
+  // Reserves one block for the long-lived allocations that follow (weights, KV cache), sized by the
+  // plan, so that they cost their exact bytes rather than the allocator's granularity each (CUDA:
+  // 2 MiB per cudaMalloc). Later allocations are carved from it while it has room. CPU: no-op.
+  virtual absl::Status reserve_pool(uint64_t bytes) = 0;
   // Scratch the backend's ops may need, sized once for the largest step: up to `max_rows` rows
   // through linears of at most `max_features` padded inputs or outputs.
   virtual absl::Status reserve_scratch(int64_t max_rows, int64_t max_features) = 0;

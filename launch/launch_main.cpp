@@ -56,7 +56,14 @@ int main(int argc, char** argv) {
   app.add_option("--control-port", c.control_port, "Port of the worker control plane (0 = any free port)")
       ->capture_default_str();
   app.add_option("--max-seq-len", c.max_seq_len, "Longest sequence served, prompt + output (default: the model's)");
-  app.add_option("--max-batch", c.max_batch, "Sequences running at once (continuous batching)")->capture_default_str();
+  app.add_option("--max-batch", c.max_batch, "Most sequences running at once (continuous batching)")
+      ->capture_default_str();
+  app.add_option("--cache-tokens", c.cache_tokens,
+                 "KV cache size in tokens, the same on every worker (rounded up to whole pages; at least "
+                 "--max-seq-len); refused when the caps cannot hold it. Default: --max-batch full-length sequences, or, "
+                 "when the caps cannot hold that many, the most pages that fit (at least one full-length sequence; "
+                 "requests then wait for pages)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--page-size", c.page_size, "KV cache page size in tokens")->capture_default_str();
   app.add_option("--prefill-chunk", c.prefill_chunk, "Most prompt tokens of one sequence per step")
       ->capture_default_str();

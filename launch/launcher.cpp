@@ -156,7 +156,9 @@ int run_launcher(const LaunchOptions& o) {
     absl::StatusOr<std::string> table = coordinator.plan_table(caps_for(o));
     coordinator.shutdown(std::chrono::milliseconds(0));
     if (!table.ok()) {
-      std::fprintf(stderr, "exl3-launch: the model does not fit: %s\n", std::string(table.status().message()).c_str());
+      std::fprintf(stderr, "exl3-launch: %s%s\n",
+                   absl::IsResourceExhausted(table.status()) ? "the model does not fit: " : "",
+                   std::string(table.status().message()).c_str());
       return 1;
     }
     std::printf("%s", table->c_str());

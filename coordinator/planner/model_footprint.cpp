@@ -72,8 +72,9 @@ absl::StatusOr<uint64_t> vector_bytes(const SafetensorsCollection* t, const std:
   return u64(size) * 4;  // both backends keep norms as F32
 }
 
-// The embedding table [vocab, hidden]: fp32 on the CPU worker, its stored dtype on CUDA.
-absl::StatusOr<uint64_t> embedding_bytes(const ModelConfig& c, BackendKind backend, const SafetensorsCollection* t) {
+// Bytes of the embedding table [vocab, hidden]: fp32 on the CPU worker, its stored dtype on CUDA
+// (where it lives in pinned host memory).
+absl::StatusOr<uint64_t> embedding_table_bytes(const ModelConfig& c, BackendKind backend, const SafetensorsCollection* t) {
   const uint64_t fp32 = u64(c.vocab_size) * u64(c.hidden_size) * 4;
   if (t == nullptr) return fp32;
   const std::string name = "model.embed_tokens.weight";
@@ -237,7 +238,8 @@ absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, Backe
   const uint64_t cache_elem = backend == BackendKind::kCpu ? 4 : 2;
   const bool assume_qkv_bias = c.architecture == Architecture::kQwen2;
 
-  EXL3_ASSIGN_OR_RETURN(fp.embedding_bytes, embedding_bytes(c, backend, tensors));
+  EXL3_ASSIGN_OR_RETURN(const uint64_t embedding, embedding_table_bytes(c, backend, tensors));
+  (backend == BackendKind::kCpu ? fp.embedding_bytes : fp.embedding_host_bytes) = embedding;
 
   double bits_weighted = 0.0, bits_weights = 0.0;
   auto finish_part = [&](LinearPart& part, bool bias_default) -> absl::Status {

@@ -19,10 +19,12 @@ namespace exl3 {
 // What a worker allocates for its weights.
 //   kCpu:  the CPU worker dequantizes every linear at load and keeps it as fp32 [in, out] (logical,
 //          unpadded sizes), biases, norms and the embedding as fp32, KV cache as fp32.
-//   kCuda: what the CUDA backend (kernels/cuda/cuda_backend.h) allocates: EXL3 slices as stored
-//          (trellis, suh and svh of the slice; no codebook marker), biases F32, dense linears F16
-//          [out, in], norms F32, the embedding in its stored dtype, KV cache F16. Needs the
-//          safetensors headers.
+//   kCuda: what the CUDA backend (kernels/cuda/cuda_backend.h) allocates on the device: EXL3
+//          slices as stored (trellis, suh and svh of the slice; no codebook marker), biases F32,
+//          dense linears F16 [out, in], norms F32, KV cache F16. The embedding table stays in
+//          pinned host memory in its stored dtype (Backend::prepare_host_table: kernels read the
+//          step's rows over PCIe), so it costs no device memory; a head tied to the embedding is
+//          still a dense F16 device weight. Needs the safetensors headers.
 enum class BackendKind { kCpu, kCuda };
 
 absl::StatusOr<BackendKind> parse_backend(const std::string& name);  // "cpu" or "cuda"
@@ -119,7 +121,11 @@ struct ModelFootprint {
   BackendKind backend = BackendKind::kCpu;
   std::vector<LayerFootprint> layers;
   ComponentFootprint head;
+  // The embedding table on the rank that embeds: embedding_bytes counts against the rank's cap
+  // (kCpu: fp32 in RAM; kCuda: 0), embedding_host_bytes is held in pinned host memory outside the
+  // cap (kCuda: the stored table; kCpu: 0).
   uint64_t embedding_bytes = 0;
+  uint64_t embedding_host_bytes = 0;
   uint64_t final_norm_bytes = 0;
   WorkspaceFootprint workspace;
   // Mean K over the EXL3 decoder linears (weighted by padded k*n) and the head's K; 0 when the
@@ -130,7 +136,7 @@ struct ModelFootprint {
   // Choices the footprint made that a user should see (printed under the plan table).
   std::vector<std::string> notes;
 
-  // Bytes held in full by every rank in tp mode: embedding, every norm, the final norm.
+  // Bytes held in full by every rank in tp mode: embedding (embedding_bytes), every norm, the final norm.
   uint64_t replicated_bytes() const;
   // Weights of one whole layer (both components and its norms) and its KV cache for `tokens`.
   uint64_t layer_weight_bytes(int64_t layer) const;
@@ -144,17 +150,20 @@ struct ModelFootprint {
 
 // ---- What a CUDA worker allocates besides weights and KV cache ----------------------------------
 
-// Fixed device memory of one CUDA worker process that the model does not determine. Estimates,
-// to be calibrated on the GPU (one table, so calibration edits one place). context and nccl are
-// outside the backend's allocator (the driver and NCCL allocate them), so the allocator's cap is
-// the rank's cap minus those two; cublas_workspace and bookkeeping go through the allocator.
+// Fixed device memory of one CUDA worker process that the model does not determine (one table, so
+// calibration edits one place). context and nccl are outside the backend's allocator (the driver
+// and NCCL allocate them), so the allocator's cap is the rank's cap minus those two;
+// cublas_workspace and bookkeeping go through the allocator.
+// Calibration (2026-11-30, H200s, device used minus our allocator's bytes after loading): a lone
+// CUDA worker 597 MiB (context); two NVLink ranks with NCCL 2.28 defaults 1465 MiB per rank, so
+// NCCL takes 865 MiB per rank.
 struct CudaOverheads {
-  uint64_t context_bytes;           // CUDA context, kernel images, cuBLAS handle: ~600 MiB
-  uint64_t nccl_bytes;              // NCCL communicator buffers, per rank when world > 1: ~200 MiB
+  uint64_t context_bytes;           // CUDA context, kernel images, cuBLAS handle: 600 MiB (measured 597)
+  uint64_t nccl_bytes;              // NCCL communicator buffers, per rank when world > 1: 900 MiB (measured 865)
   uint64_t cublas_workspace_bytes;  // CudaBackendOptions::cublas_workspace_bytes (32 MiB default)
   uint64_t bookkeeping_bytes;       // the backend's F16 range-check result (2 x u64)
 };
-inline constexpr CudaOverheads kCudaOverheads{uint64_t{600} << 20, uint64_t{200} << 20, uint64_t{32} << 20, 16};
+inline constexpr CudaOverheads kCudaOverheads{uint64_t{600} << 20, uint64_t{900} << 20, uint64_t{32} << 20, 16};
 
 // The largest step a worker is loaded for (mirrors StepLimits in worker/model/llama_model.h; the
 // coordinator sends the same numbers in LoadShard).

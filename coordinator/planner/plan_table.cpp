@@ -110,10 +110,20 @@ std::string format_plan_table(const ModelFootprint& fp, const std::vector<RankPl
                   format_bytes(a.unit_weight_bytes()), "), MLP ", m.units, " x 128 columns (",
                   format_bytes(m.unit_weight_bytes()), "), lm_head ", fp.head.units, " x 128 rows (",
                   format_bytes(fp.head.unit_weight_bytes()), ")\n");
+  const int64_t pages = plans.empty() ? 0 : plans.front().num_pages;
   if (!plans.empty()) {
-    const RankPlan& p = plans.front();
-    absl::StrAppend(&out, "KV cache: ", p.num_pages, " pages x ", p.page_size, " tokens per rank; embedding ",
-                    format_bytes(fp.embedding_bytes), mode == PlanMode::kTensorParallel ? " on every rank" : "", "\n");
+    if (options != nullptr) {
+      absl::StrAppend(&out, kv_cache_summary(*options, pages), "\n");
+    } else {
+      absl::StrAppend(&out, "KV cache: ", pages, " pages of ", plans.front().page_size, " tokens per rank\n");
+    }
+  }
+  const char* where = mode == PlanMode::kTensorParallel ? " on every rank" : " on the rank with layer 0";
+  if (fp.embedding_host_bytes > 0) {
+    absl::StrAppend(&out, "embedding ", format_bytes(fp.embedding_host_bytes), " in pinned host memory", where,
+                    " (not counted against the caps)\n");
+  } else {
+    absl::StrAppend(&out, "embedding ", format_bytes(fp.embedding_bytes), where, "\n");
   }
   absl::StrAppend(&out, "\n");
 
@@ -174,7 +184,7 @@ std::string format_plan_table(const ModelFootprint& fp, const std::vector<RankPl
       &out, "ranges are inclusive",
       mode == PlanMode::kTensorParallel ? "; \"none\" = zero units (the rank adds zeros to the all-reduce)" : "", "\n");
   if (fp.backend == BackendKind::kCuda && options != nullptr) {
-    const CudaRankReserve r = cuda_plan_reserve(fp, *options);
+    const CudaRankReserve r = cuda_plan_reserve(fp, pages > 0 ? options->with_pages(pages) : *options);
     absl::StrAppend(&out, "workspace per CUDA rank (bound for the widest rank, ", options->step_tokens,
                     " tokens per step): forward ", format_bytes(r.workspace), ", scratch ", format_bytes(r.scratch),
                     ", RoPE + sampler ", format_bytes(r.engine), ", cuBLAS ", format_bytes(r.allocator_fixed),

@@ -12,7 +12,8 @@
 
 namespace exl3 {
 
-// A header (mode, backend, model shape, units, cache and workspace settings), the per-rank table
+// A header (mode, backend, model shape, units, the KV cache (kv_cache_summary with `options`), where
+// the embedding lives), the per-rank table
 // and the footprint's notes. Ranges are inclusive ("0-3" = 4 items). When a rank's range differs
 // between layers the cell lists each run of layers, e.g. "0-1 (layers 0-27)" then
 // "0-2 (layers 28-31)" on the next line. Bytes are in GiB (MiB below 1 GiB) with two decimals.

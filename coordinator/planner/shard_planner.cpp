@@ -87,7 +87,8 @@ class TpPlanner {
           absl::StrCat("the model needs at least ", format_bytes(need), " (", format_bytes(sharded),
                        " of weights and KV cache split over the ranks, plus ", format_bytes(base_), " on each of ",
                        world_, " ranks for the embedding, norms and workspace), the caps total ",
-                       format_bytes(cap_total), ": ", format_bytes(need - cap_total), " short"));
+                       format_bytes(cap_total), ": ", format_bytes(need - cap_total), " short; ",
+                       proportional_shortfalls(sharded)));
     }
 
     // Proportional split, once per component type.
@@ -114,6 +115,27 @@ class TpPlanner {
  private:
   uint64_t cost(const ComponentFootprint& c, int64_t begin, int64_t end) const {
     return c.weight_bytes(begin, end) + c.cache_bytes(begin, end, tokens_);
+  }
+
+  // What each rank lacks when `sharded` bytes are split in proportion to the rooms (caps minus
+  // base_; evenly when no rank has room): "with the units split in proportion to the caps, rank 0
+  // needs X more than its C cap, rank 1 needs ...". Called when the caps total too little, so
+  // every rank with room (or every rank, when none has) is short.
+  std::string proportional_shortfalls(uint64_t sharded) const {
+    const std::vector<uint64_t>& caps = options_.caps;
+    unsigned __int128 room_total = 0;
+    for (uint64_t cap : caps) room_total += cap - base_;
+    std::string out = "with the units split in proportion to the caps";
+    for (int r = 0; r < world_; ++r) {
+      const uint64_t room = caps[r] - base_;
+      const unsigned __int128 share =
+          room_total == 0 ? (sharded + world_ - 1) / world_
+                          : (static_cast<unsigned __int128>(sharded) * room + room_total - 1) / room_total;
+      if (share <= room) continue;
+      absl::StrAppend(&out, ", rank ", r, " needs ", format_bytes(static_cast<uint64_t>(share - room)),
+                      " more than its ", format_bytes(caps[r]), " cap");
+    }
+    return out;
   }
 
   // Bytes of one component on every rank, for unit counts laid out contiguously in rank order.
@@ -278,7 +300,8 @@ class LayerPlanner {
           absl::StrCat("the model needs at least ", format_bytes(model + workspace_), " (", format_bytes(model),
                        " of weights and KV cache, plus ", format_bytes(workspace_),
                        " workspace on each rank that holds layers), the caps total ", format_bytes(cap_total), ": ",
-                       format_bytes(model + workspace_ - cap_total), " short (layer split)"));
+                       format_bytes(model + workspace_ - cap_total), " short (layer split); filling the ranks in order, ",
+                       greedy_shortfall()));
     }
 
     // need[r]: the earliest layer from which ranks r..N-1 can hold the rest of the model.
@@ -342,8 +365,9 @@ class LayerPlanner {
   bool fits(int r, int64_t s, int64_t e) const { return segment_bytes(s, e) <= options_.caps[r]; }
 
   // Front-greedy fill: earlier ranks take as many layers as fit; the last rank is short by the
-  // smallest possible amount, which is what the error reports.
-  absl::Status fragmentation_error() const {
+  // smallest possible amount, which is what the errors report. Called only when the last rank is
+  // then over its cap (the caps total too little, or whole layers do not fit them).
+  std::string greedy_shortfall() const {
     int64_t s = 0;
     for (int r = 0; r + 1 < world_; ++r) {
       int64_t e = s;
@@ -358,10 +382,14 @@ class LayerPlanner {
     std::string before = world_ == 1 ? ""
                                      : absl::StrCat(" after ranks 0-", last - 1, " take as many layers as fit (",
                                                     s == 0 ? "none" : absl::StrCat("layers ", range_text(0, s)), ")");
-    return absl::ResourceExhaustedError(absl::StrCat("rank ", last, " needs ", format_bytes(need - cap),
-                                                     " more than its ", format_bytes(cap), " cap for ", what, " (",
-                                                     format_bytes(need), " with their KV cache and workspace)", before,
-                                                     "; whole layers do not fit the caps (layer split)"));
+    return absl::StrCat("rank ", last, " needs ", format_bytes(need > cap ? need - cap : 0), " more than its ",
+                        format_bytes(cap), " cap for ", what, " (", format_bytes(need),
+                        " with their KV cache and workspace)", before);
+  }
+
+  absl::Status fragmentation_error() const {
+    return absl::ResourceExhaustedError(
+        absl::StrCat(greedy_shortfall(), "; whole layers do not fit the caps (layer split)"));
   }
 
   RankPlan make_plan(int r, int64_t s, int64_t e) const {
@@ -401,8 +429,28 @@ absl::Status validate(const ModelFootprint& fp, const PlannerOptions& o) {
                                                    ", max_batch ", o.max_batch, ", page_size ", o.page_size,
                                                    ", step_tokens ", o.step_tokens));
   }
+  if (o.requested_cache_tokens < 0 || o.pages < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("planner options must not be negative: cache tokens ",
+                                                   o.requested_cache_tokens, ", pages ", o.pages));
+  }
+  if (o.requested_cache_tokens > 0 && o.wanted_pages() < o.sequence_pages()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--cache-tokens ", o.requested_cache_tokens, " (", o.wanted_pages(), " pages of ", o.page_size,
+        " tokens) holds less than one sequence of --max-seq-len ", o.max_seq_len, " (", o.sequence_pages(),
+        " pages); ask for at least ", o.sequence_pages() * o.page_size, " tokens or lower --max-seq-len"));
+  }
   if (fp.layers.empty()) return absl::InvalidArgumentError("the model has no layers");
   return absl::OkStatus();
+}
+
+// One planning attempt with exactly o.num_pages() pages.
+absl::StatusOr<std::vector<RankPlan>> plan_pages(const ModelFootprint& fp, const PlannerOptions& o) {
+  if (o.mode == PlanMode::kTensorParallel) return TpPlanner(fp, o).plan();
+  return LayerPlanner(fp, o).plan();
+}
+
+std::string cache_text(const PlannerOptions& o, int64_t pages) {
+  return absl::StrCat(pages, " pages of ", o.page_size, " tokens = ", pages * o.page_size, " tokens");
 }
 
 }  // namespace
@@ -415,7 +463,34 @@ absl::StatusOr<PlanMode> parse_plan_mode(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("unknown shard mode \"", name, "\" (expected \"tp\" or \"layers\")"));
 }
 
-int64_t PlannerOptions::num_pages() const { return max_batch * ceil_div(max_seq_len, page_size); }
+int64_t PlannerOptions::sequence_pages() const { return ceil_div(max_seq_len, page_size); }
+
+int64_t PlannerOptions::wanted_pages() const {
+  return requested_cache_tokens > 0 ? ceil_div(requested_cache_tokens, page_size) : max_batch * sequence_pages();
+}
+
+PlannerOptions PlannerOptions::with_pages(int64_t n) const {
+  PlannerOptions o = *this;
+  o.pages = n;
+  return o;
+}
+
+std::string kv_cache_summary(const PlannerOptions& o, int64_t pages) {
+  const std::string head = absl::StrCat("KV cache: ", pages, " pages of ", o.page_size, " tokens");
+  const int64_t tokens = pages * o.page_size;
+  if (o.requested_cache_tokens > 0) {
+    return absl::StrCat(head, " per rank (", tokens, " tokens, as --cache-tokens ", o.requested_cache_tokens, " asks)");
+  }
+  if (cache_was_fitted(o, pages)) {
+    return absl::StrCat(head, " (", tokens, " tokens) fit, fewer than max-batch ", o.max_batch, " x ", o.max_seq_len,
+                        "; requests wait for pages");
+  }
+  return absl::StrCat(head, " per rank (", tokens, " tokens: max-batch ", o.max_batch, " x ", o.max_seq_len, ")");
+}
+
+bool cache_was_fitted(const PlannerOptions& o, int64_t pages) {
+  return o.requested_cache_tokens == 0 && pages < o.max_batch * o.sequence_pages();
+}
 
 StepShape PlannerOptions::step_shape() const {
   StepShape s;
@@ -437,7 +512,8 @@ uint64_t rank_reserve_bytes(const ModelFootprint& fp, const PlannerOptions& opti
   return cuda_plan_reserve(fp, options).total();
 }
 
-RankBytes price_rank(const ModelFootprint& fp, const PlannerOptions& options, const RankPlan& plan) {
+RankBytes price_rank(const ModelFootprint& fp, const PlannerOptions& given, const RankPlan& plan) {
+  const PlannerOptions options = plan.num_pages > 0 ? given.with_pages(plan.num_pages) : given;
   RankBytes b;
   const int64_t tokens = options.cache_tokens();
   bool holds_anything = plan.has_embedding || plan.has_head;
@@ -460,8 +536,41 @@ RankBytes price_rank(const ModelFootprint& fp, const PlannerOptions& options, co
 
 absl::StatusOr<std::vector<RankPlan>> plan_shards(const ModelFootprint& footprint, const PlannerOptions& options) {
   EXL3_RETURN_IF_ERROR(validate(footprint, options));
-  if (options.mode == PlanMode::kTensorParallel) return TpPlanner(footprint, options).plan();
-  return LayerPlanner(footprint, options).plan();
+  if (options.pages > 0) return plan_pages(footprint, options);
+  const int64_t wanted = options.wanted_pages();
+  absl::StatusOr<std::vector<RankPlan>> plans = plan_pages(footprint, options.with_pages(wanted));
+  if (plans.ok() || !absl::IsResourceExhausted(plans.status())) return plans;
+  if (options.requested_cache_tokens > 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(plans.status().message(), " (with the KV cache --cache-tokens ",
+                                                     options.requested_cache_tokens, " asks for: ",
+                                                     cache_text(options, wanted), ")"));
+  }
+  // Fit: the largest page count in [one sequence, wanted) that plans. Fewer pages never need more
+  // bytes, so a binary search finds it (keeping the last plan actually made).
+  const int64_t one = options.sequence_pages();
+  if (one >= wanted) return plans;
+  plans = plan_pages(footprint, options.with_pages(one));
+  if (!plans.ok()) {
+    if (!absl::IsResourceExhausted(plans.status())) return plans;
+    return absl::ResourceExhaustedError(absl::StrCat(
+        plans.status().message(), " (with the smallest KV cache: one sequence of --max-seq-len ", options.max_seq_len,
+        ", ", cache_text(options, one), "; max-batch ", options.max_batch, " full-length sequences would need ",
+        wanted, " pages)"));
+  }
+  int64_t fits = one, too_many = wanted;
+  while (too_many - fits > 1) {
+    const int64_t mid = fits + (too_many - fits) / 2;
+    absl::StatusOr<std::vector<RankPlan>> attempt = plan_pages(footprint, options.with_pages(mid));
+    if (attempt.ok()) {
+      fits = mid;
+      plans = std::move(attempt);
+    } else if (absl::IsResourceExhausted(attempt.status())) {
+      too_many = mid;
+    } else {
+      return attempt.status();
+    }
+  }
+  return plans;
 }
 
 }  // namespace exl3

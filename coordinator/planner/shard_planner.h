@@ -19,9 +19,18 @@
 // fits: a rank never exceeds its cap, and every boundary leaves the later ranks enough room for the
 // rest. A rank may hold no layers (its cap is 0 or too small); it then holds nothing at all.
 //
+// KV cache. Pages are one pool the scheduler hands out, so every rank caches the same number of
+// pages (each for its own KV heads / layers). By default plan_shards asks for max_batch full-length
+// sequences; when the caps cannot hold that many pages but can hold one full-length sequence
+// (ceil(max_seq_len / page_size) pages) besides the weights and fixed parts, it plans the largest
+// page count that fits every rank (RankPlan::num_pages; requests then wait for pages). An explicit
+// cache size (requested_cache_tokens, --cache-tokens) is planned exactly or refused.
+//
 // Caps are hard. When the model plus cache cannot fit, plan_shards returns RESOURCE_EXHAUSTED saying
 // by how much and where: "rank 1 needs 3.20 GiB more than its 2.00 GiB cap ...", or "the model
-// needs at least 41.30 GiB ..., the caps total 36.00 GiB".
+// needs at least 41.30 GiB ..., the caps total 36.00 GiB: 5.30 GiB short; with the units split in
+// proportion to the caps, rank 0 needs 2.10 GiB more than its 16.00 GiB cap, rank 1 ...". When
+// the cache was fitted, the refusal is for the smallest cache: one full-length sequence.
 #pragma once
 
 #include <cstdint>
@@ -44,17 +53,30 @@ struct PlannerOptions {
   // One hard cap per rank, in bytes (--split GiB, see gib_to_bytes; RAM for CPU workers). The
   // number of caps is the world size.
   std::vector<uint64_t> caps;
-  // KV cache: every rank caches max_batch sequences of up to max_seq_len tokens, each sequence in
-  // whole pages: num_pages = max_batch * ceil(max_seq_len / page_size).
+  // Longest sequence (prompt + output), most sequences running at once, tokens per KV page.
   int64_t max_seq_len = 2048;
   int64_t max_batch = 1;
   int64_t page_size = 256;
   // Most tokens in one forward step (prefill chunk over the batch), for the workspace estimate; the
   // attention scratch assumes contexts up to max_seq_len.
   int64_t step_tokens = 256;
+  // KV cache size in tokens (--cache-tokens): 0 = fit it (max_batch full-length sequences, or
+  // fewer pages when the caps need it, see above); > 0 = exactly ceil(requested_cache_tokens /
+  // page_size) pages, at least one full-length sequence, refused when the caps cannot hold them.
+  int64_t requested_cache_tokens = 0;
+  // Pages to price: plan_shards sets it on the options of each attempt; by hand, to price a given
+  // cache (price_rank uses the plan's num_pages). 0 = wanted_pages().
+  int64_t pages = 0;
 
-  int64_t num_pages() const;
+  // Pages of one full-length sequence: ceil(max_seq_len / page_size).
+  int64_t sequence_pages() const;
+  // What is asked for: ceil(requested_cache_tokens / page_size), or max_batch * sequence_pages().
+  int64_t wanted_pages() const;
+  // The pages priced: `pages` when set, else wanted_pages().
+  int64_t num_pages() const { return pages > 0 ? pages : wanted_pages(); }
   int64_t cache_tokens() const { return num_pages() * page_size; }
+  // These options pricing exactly `n` pages.
+  PlannerOptions with_pages(int64_t n) const;
   // The step limits a worker is loaded with for this plan: step_tokens tokens, max_batch
   // sequences and logits rows, num_pages pages per sequence (what the coordinator sends in
   // LoadShard, and what the CUDA pricing assumes).
@@ -91,9 +113,20 @@ struct RankPlan {
   uint64_t total_bytes() const { return weight_bytes + cache_bytes + workspace_bytes; }
 };
 
-// Plans one RankPlan per cap, in rank order. Errors: INVALID_ARGUMENT for bad options (no caps,
-// non-positive sizes), RESOURCE_EXHAUSTED when the caps cannot hold the model, cache and workspace.
+// Plans one RankPlan per cap, in rank order, every one with the same num_pages (options.pages when
+// set, else the requested or fitted cache above). Errors: INVALID_ARGUMENT for bad options (no
+// caps, non-positive sizes, a requested cache smaller than one full-length sequence),
+// RESOURCE_EXHAUSTED when the caps cannot hold the model, cache and workspace.
 absl::StatusOr<std::vector<RankPlan>> plan_shards(const ModelFootprint& footprint, const PlannerOptions& options);
+
+// One line on the KV cache of a plan with `pages` pages (for start-up logs and the plan table):
+//   "KV cache: 512 pages of 256 tokens per rank (131072 tokens: max-batch 16 x 8192)"
+//   "KV cache: 40 pages of 256 tokens (10240 tokens) fit, fewer than max-batch 16 x 8192; requests
+//    wait for pages"
+//   "KV cache: 40 pages of 256 tokens per rank (10240 tokens, as requested: 10000)"
+std::string kv_cache_summary(const PlannerOptions& options, int64_t pages);
+// True when a fitted plan holds fewer pages than max_batch full-length sequences.
+bool cache_was_fitted(const PlannerOptions& options, int64_t pages);
 
 // Bytes every rank that holds anything reserves besides its weights and KV cache: kCpu the
 // workspace estimate (WorkspaceFootprint), kCuda cuda_rank_reserve for the widest rank of the plan

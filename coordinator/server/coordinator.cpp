@@ -41,6 +41,7 @@ PlannerOptions Coordinator::planner_options(const std::vector<uint64_t>& caps) c
   p.max_batch = options_.max_batch;
   p.page_size = options_.page_size;
   p.step_tokens = std::max<int64_t>(options_.prefill_chunk, options_.max_batch);
+  p.requested_cache_tokens = options_.cache_tokens;
   return p;
 }
 
@@ -105,10 +106,16 @@ absl::Status Coordinator::start_serving() {
     return absl::InvalidArgumentError(absl::StrCat("--split gives ", caps.size(), " caps for ", options_.world_size,
                                                    " workers"));
   }
-  const PlannerOptions popts = planner_options(caps);
+  PlannerOptions popts = planner_options(caps);
   EXL3_ASSIGN_OR_RETURN(plans_, plan_shards(footprint_, popts));
   caps_ = caps;
+  // Every rank has the same page count, which the plan may have lowered to fit the caps; from here
+  // on the options price exactly that cache (workers, scheduler and reserve agree).
+  popts.pages = plans_.front().num_pages;
   std::fprintf(stderr, "%s", format_plan_table(footprint_, plans_, caps, &popts).c_str());
+  if (cache_was_fitted(popts, popts.pages)) {
+    std::fprintf(stderr, "coordinator: %s\n", kv_cache_summary(popts, popts.pages).c_str());
+  }
   const bool cuda = options_.backend == BackendKind::kCuda;
   // A CUDA worker's allocator may use the cap minus what the planner set aside outside it (CUDA
   // context, NCCL buffers), so the whole process stays within the cap.

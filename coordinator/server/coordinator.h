@@ -37,6 +37,10 @@ struct CoordinatorOptions {
   std::vector<uint64_t> caps;              // per-rank byte caps; empty = each worker's reported free memory
   int64_t max_seq_len = 0;                 // 0 = the model's max_position_embeddings
   int64_t max_batch = 16;                  // sequences running at once
+  // KV cache tokens (every rank caches the same pages for its own heads / layers): 0 = max_batch
+  // full-length sequences, or the most pages the caps hold when that is too many (at least one
+  // full-length sequence); > 0 = that many (rounded up to whole pages) or refused.
+  int64_t cache_tokens = 0;
   int64_t page_size = 256;
   int32_t prefill_chunk = 256;
   int32_t max_queue = 256;

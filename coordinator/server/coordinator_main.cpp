@@ -35,6 +35,11 @@ int main(int argc, char** argv) {
   app.add_option("--split", split, "Per-worker memory caps in GiB, comma separated (default: each worker's free memory)");
   app.add_option("--max-seq-len", o.max_seq_len, "Longest sequence served, prompt + output (default: the model's)");
   app.add_option("--max-batch", o.max_batch, "Sequences running at once")->capture_default_str();
+  app.add_option("--cache-tokens", o.cache_tokens,
+                 "KV cache size in tokens, the same on every worker (rounded up to whole pages; at least --max-seq-len); "
+                 "refused when the caps cannot hold it. Default: --max-batch full-length sequences, or the most that "
+                 "fits the caps (at least one)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--decode-steps", o.decode_steps, "Decode iterations per worker command")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   o.mode = *exl3::parse_plan_mode(mode);

@@ -113,6 +113,12 @@ class CpuBackend final : public Backend {
     return t;
   }
 
+  absl::StatusOr<Tensor> prepare_host_table(const Tensor& host, DType dtype, const std::string& name) override {
+    return prepare_tensor(host, dtype, name);
+  }
+  uint64_t host_table_bytes() const override { return 0; }
+
+  absl::Status reserve_pool(uint64_t) override { return absl::OkStatus(); }
   absl::Status reserve_scratch(int64_t, int64_t) override { return absl::OkStatus(); }
 
   void zero(Tensor& t) override {

@@ -112,6 +112,15 @@ PagedBatch paged_batch(const StepMeta& meta, int64_t page_size) {
   return b;
 }
 
+// A host F32/BF16 tensor rounded to F16 on the host (round to nearest even).
+Tensor host_to_f16(const Tensor& host) {
+  const Tensor f32 = host.to_f32();
+  Tensor out = Tensor::zeros(DType::kF16, host.shape());
+  auto* dst = static_cast<uint16_t*>(out.mutable_raw());
+  for (int64_t i = 0; i < out.numel(); ++i) dst[i] = float_to_half_bits(f32.data<float>()[i]);
+  return out;
+}
+
 class CudaBackend final : public Backend {
  public:
   CudaBackend(const CudaBackendOptions& options, std::string label, std::string description)
@@ -266,6 +275,35 @@ class CudaBackend final : public Backend {
                                                      dtype_name(dtype)));
     }
     return to_device(host, dtype, name);
+  }
+
+  absl::StatusOr<Tensor> prepare_host_table(const Tensor& host, DType dtype, const std::string& name) override {
+    if (!host.defined() || !host.on_host() || !is_float(host.dtype()) || (dtype != host.dtype() && dtype != DType::kF16)) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": a host table keeps its stored F32/F16/BF16 dtype or ",
+                                                     "becomes F16, not ", host.defined() ? dtype_name(host.dtype()) : "none",
+                                                     " -> ", dtype_name(dtype)));
+    }
+    activate();
+    const Tensor source = dtype == host.dtype() ? host : host_to_f16(host);
+    void* pinned = nullptr;
+    const size_t bytes = std::max<size_t>(source.nbytes(), 1);
+    const cudaError_t err = cudaHostAlloc(&pinned, bytes, cudaHostAllocMapped | cudaHostAllocPortable);
+    if (err != cudaSuccess) {
+      return absl::ResourceExhaustedError(absl::StrCat(label(), ": pinning ", bytes, " bytes of host memory for ", name,
+                                                       " failed: ", cudaGetErrorString(err)));
+    }
+    std::memcpy(pinned, source.raw(), source.nbytes());
+    void* device_view = nullptr;
+    EXL3_CUDA_CHECK(cudaHostGetDevicePointer(&device_view, pinned, 0));
+    host_table_bytes_ += bytes;
+    std::shared_ptr<const void> owner(pinned, [](const void* p) { cudaFreeHost(const_cast<void*>(p)); });
+    return Tensor::wrap(Device::kCuda, dtype, host.shape(), device_view, std::move(owner));
+  }
+  uint64_t host_table_bytes() const override { return host_table_bytes_; }
+
+  absl::Status reserve_pool(uint64_t bytes) override {
+    activate();
+    return allocator_.reserve_pool(bytes, "weights and KV cache pool");
   }
 
   // Linear and attention scratch (see cuda_backend.h); keeps the larger of the old and new sizes.
@@ -635,6 +673,7 @@ class CudaBackend final : public Backend {
   int64_t scratch_rows_ = 0, scratch_features_ = 0;
   std::shared_ptr<void> attention_scratch_;
   int64_t attention_scratch_floats_ = 0;
+  uint64_t host_table_bytes_ = 0;  // pinned host tables (prepare_host_table)
 };
 
 CudaBackend& as_cuda(Backend& backend) {

@@ -1,7 +1,7 @@
 // exl3-launch's and exl3-worker's device flags as a user meets them, with the real binaries:
 // --gpus and --cpu-workers together, --gpus (or neither flag) with no GPU visible or in a build
 // without CUDA, bad --gpus lists, and a CUDA plan printed by --plan-only --gpus --split without
-// touching a GPU. Every refusal must exit non-zero with a message that says what to do, quickly
+// touching a GPU (with the KV cache fitted to the caps, or sized by --cache-tokens). Every refusal must exit non-zero with a message that says what to do, quickly
 // (each run is bounded by `timeout`, so a hang fails the test instead of stalling it). The GPUs are
 // hidden (CUDA_VISIBLE_DEVICES empty), so the tests behave the same on a GPU machine.
 #include <sys/wait.h>
@@ -93,7 +93,9 @@ TEST(LaunchDeviceFlags, PlanOnlyPrintsACudaPlanWithoutAGpu) {
   const CommandRun r = run("exl3-launch", "--model " + model() + " --plan-only --gpus 0,1 --split 20,24 --max-seq-len 1024");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   for (const char* needle : {"tensor-parallel plan over 2 ranks, cuda backend", "KV cache F16", "20.00 GiB", "24.00 GiB",
-                             "CUDA context 600.00 MiB", "NCCL 200.00 MiB", "2 GPU worker(s) on GPU(s) 0,1 (NCCL)"}) {
+                             "CUDA context 600.00 MiB", "NCCL 900.00 MiB", "2 GPU worker(s) on GPU(s) 0,1 (NCCL)",
+                             "in pinned host memory on every rank",
+                             "KV cache: 64 pages of 256 tokens per rank (16384 tokens: max-batch 16 x 1024)"}) {
     EXPECT_TRUE(has(r, needle)) << needle << "\n" << r.output;
   }
 }
@@ -103,6 +105,32 @@ TEST(LaunchDeviceFlags, PlanOnlyCapsTooSmallForCudaAreRefusedByRank) {
   const CommandRun r = run("exl3-launch", "--model " + model() + " --plan-only --gpus 0,1 --split 0.5,24 --max-seq-len 1024");
   expect_refused(r);
   EXPECT_TRUE(has(r, "the model does not fit: rank 0 needs")) << r.output;
+}
+
+// Caps that hold one full-length sequence but not max-batch of them: the plan keeps the pages that
+// fit and says so (the fixture caches 4 KiB a token: 512 x 2048 tokens are 4 GiB).
+TEST(LaunchDeviceFlags, PlanOnlyFitsTheCacheToTheCaps) {
+  const CommandRun r =
+      run("exl3-launch", "--model " + model() + " --plan-only --gpus 0,1 --split 2,2 --max-seq-len 2048 --max-batch 512");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "fit, fewer than max-batch 512 x 2048; requests wait for pages")) << r.output;
+}
+
+// --cache-tokens: planned in whole pages; too big for the caps or below one --max-seq-len sequence
+// is refused before anything starts, saying why (the rank and shortfall when too big).
+TEST(LaunchDeviceFlags, PlanOnlyCacheTokens) {
+  const std::string base = "--model " + model() + " --plan-only --gpus 0,1 --split 20,24 --max-seq-len 1024";
+  CommandRun r = run("exl3-launch", base + " --cache-tokens 3000");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_TRUE(has(r, "KV cache: 12 pages of 256 tokens per rank (3072 tokens, as --cache-tokens 3000 asks)")) << r.output;
+  r = run("exl3-launch", base + " --cache-tokens 100000000");
+  expect_refused(r);
+  EXPECT_TRUE(has(r, "the model does not fit: ")) << r.output;
+  EXPECT_TRUE(has(r, " needs ") && has(r, "rank ")) << r.output;
+  EXPECT_TRUE(has(r, "--cache-tokens 100000000")) << r.output;
+  r = run("exl3-launch", base + " --cache-tokens 700");  // 3 pages: less than one 1024-token sequence
+  expect_refused(r);
+  EXPECT_TRUE(has(r, "less than one sequence of --max-seq-len 1024")) << r.output;
 }
 
 // A GPU worker with no GPU (or from a build without CUDA) fails at once, naming its rank, before

@@ -1,5 +1,6 @@
 // The planner's CUDA pricing (model_footprint.h, shard_planner.h), checked on the CPU: the KV cache
-// at 2 bytes per element, the BF16 embedding and F32 norms on every tensor-parallel rank, the
+// at 2 bytes per element, the BF16 embedding in pinned host memory (no device bytes) and F32 norms
+// on every tensor-parallel rank, the
 // forward-workspace mirror equal to LlamaModel::workspace_bytes_for on real shards (the CPU
 // backend's A = 4 bytes; the CUDA case A = 2 by hand), the scratch mirror by hand, the fixed
 // overheads of the table, and a cap too small for them refused by rank. The same figures against
@@ -99,9 +100,11 @@ TEST_F(CudaFootprint, KvCacheIsF16) {
   }
 }
 
-// A tensor-parallel rank holding no units still embeds (the BF16 table as stored, 2 bytes per
-// element) and holds every norm as F32.
-TEST_F(CudaFootprint, EmbeddingAsStoredOnEveryTpRank) {
+// A tensor-parallel rank holding no units still embeds, from the BF16 table as stored (2 bytes per
+// element) in pinned host memory, which costs no device bytes, and holds every norm as F32.
+TEST_F(CudaFootprint, EmbeddingInHostMemoryOnEveryTpRank) {
+  EXPECT_EQ(fp_.embedding_bytes, 0u);
+  EXPECT_EQ(fp_.embedding_host_bytes, 2u * 4096 * 512);
   const PlannerOptions o = options(PlanMode::kTensorParallel, {20, 24, 20});
   RankPlan empty;
   empty.mode = PlanMode::kTensorParallel;
@@ -113,12 +116,14 @@ TEST_F(CudaFootprint, EmbeddingAsStoredOnEveryTpRank) {
   empty.has_embedding = empty.has_head = true;
   empty.vocab_begin = empty.vocab_end = 1024;
   const RankBytes b = price_rank(fp_, o, empty);
-  EXPECT_EQ(b.weights, 2u * 4096 * 512 + 4u * 512 * (2 * 4 + 1));
+  EXPECT_EQ(b.weights, 4u * 512 * (2 * 4 + 1));  // input and post-attention norms of 4 layers, final norm
   EXPECT_EQ(b.cache, 0u);
   EXPECT_EQ(b.workspace, rank_reserve_bytes(fp_, o));
   auto plans = plan_shards(fp_, o);
   ASSERT_TRUE(plans.ok()) << plans.status();
-  for (const RankPlan& p : *plans) EXPECT_GE(p.weight_bytes, 2u * 4096 * 512) << "rank " << p.rank;
+  for (const RankPlan& p : *plans) EXPECT_GE(p.weight_bytes, 4u * 512 * (2 * 4 + 1)) << "rank " << p.rank;
+  const std::string table = format_plan_table(fp_, *plans, o.caps, &o);
+  EXPECT_NE(table.find("embedding 4.00 MiB in pinned host memory on every rank"), std::string::npos) << table;
 }
 
 // forward_workspace_bytes replays LlamaModel::take_buffers: with the CPU backend's 4-byte
@@ -127,7 +132,7 @@ TEST_F(CudaFootprint, WorkspaceMirrorEqualsTheModel) {
   const StepLimits limits{77, 3, 13, 5};
   const StepShape step{limits.max_step_tokens, limits.max_seqs, limits.max_pages_per_seq, limits.max_logit_rows};
   for (PlanMode mode : {PlanMode::kTensorParallel, PlanMode::kLayers}) {
-    for (const std::vector<double>& caps : {std::vector<double>{1, 3}, std::vector<double>{1, 1, 2}}) {
+    for (const std::vector<double>& caps : {std::vector<double>{2, 6}, std::vector<double>{2, 2, 4}}) {
       auto plans = plan_shards(fp_, options(mode, caps));
       ASSERT_TRUE(plans.ok()) << plans.status();
       for (const RankPlan& p : *plans) {
@@ -173,6 +178,8 @@ TEST_F(CudaFootprint, ReserveAddsTheFixedOverheads) {
   const CudaRankReserve r = cuda_plan_reserve(fp_, two);
   EXPECT_EQ(r.context, kCudaOverheads.context_bytes);
   EXPECT_EQ(r.nccl, kCudaOverheads.nccl_bytes);
+  EXPECT_EQ(r.context, uint64_t{600} << 20);  // measured 597 MiB on an H200
+  EXPECT_EQ(r.nccl, uint64_t{900} << 20);     // measured 865 MiB per rank, two NVLink H200s
   EXPECT_EQ(r.allocator_fixed, (uint64_t{32} << 20) + 16);
   EXPECT_EQ(r.engine, 4u * 32 + 4u * 3);  // inv_freq [head_dim / 2], sampled tokens [max_batch]
   EXPECT_EQ(r.scratch, cuda_scratch_bytes(77, 4096));
@@ -201,7 +208,8 @@ TEST_F(CudaFootprint, PlanTableShowsTheCudaReserve) {
   const std::string table = format_plan_table(fp_, *plans, o.caps, &o);
   std::printf("%s", table.c_str());
   for (const char* needle : {"tensor-parallel plan over 2 ranks, cuda backend", "KV cache F16", "CUDA context 600.00 MiB",
-                             "NCCL 200.00 MiB", "cuBLAS 32.00 MiB", "20.00 GiB", "24.00 GiB"}) {
+                             "NCCL 900.00 MiB", "cuBLAS 32.00 MiB", "20.00 GiB", "24.00 GiB",
+                             "KV cache: 6 pages of 192 tokens per rank (1152 tokens: max-batch 3 x 300)"}) {
     EXPECT_NE(table.find(needle), std::string::npos) << needle << "\n" << table;
   }
 }

@@ -45,6 +45,10 @@ struct Case {
   PlannerOptions options;  // caps and mode are filled per test
 };
 
+// The matrix asks for exactly max_batch full-length sequences of cache (as --cache-tokens would),
+// so tight caps are refused rather than given a smaller cache (that fit: kv_cache_fit_test.cpp).
+void exact_cache(PlannerOptions& o) { o.requested_cache_tokens = o.max_batch * o.sequence_pages() * o.page_size; }
+
 std::vector<Case> models() {
   std::vector<Case> cases;
   PlannerOptions big;
@@ -52,6 +56,7 @@ std::vector<Case> models() {
   big.max_batch = 2;
   big.page_size = 256;
   big.step_tokens = 512;
+  exact_cache(big);
   cases.push_back({"llama3-8b", llama("llama3-8b", 32, 4096, 32, 8, 128, 14336, 128256), big});
   cases.push_back({"llama3-70b", llama("llama3-70b", 80, 8192, 64, 8, 128, 28672, 128256), big});
   // Partial last units everywhere (1000 columns, 32001 rows), 2-head attention units, Qwen2 biases.
@@ -62,6 +67,7 @@ std::vector<Case> models() {
   small.max_batch = 3;
   small.page_size = 256;
   small.step_tokens = 64;
+  exact_cache(small);
   cases.push_back({"odd", odd, small});
   auto fixture = load_model_config(testing::source_path("models/exl3-4.0bpw"));
   EXPECT_TRUE(fixture.ok()) << fixture.status();
@@ -649,8 +655,52 @@ TEST(ShardPlanner, CachePagesArePerSequence) {
   o.max_seq_len = 1000;
   o.max_batch = 3;
   o.page_size = 256;
+  EXPECT_EQ(o.sequence_pages(), 4);
   EXPECT_EQ(o.num_pages(), 12);  // 3 sequences x ceil(1000 / 256) pages
   EXPECT_EQ(o.cache_tokens(), 12 * 256);
+  o.requested_cache_tokens = 1025;  // whole pages
+  EXPECT_EQ(o.num_pages(), 5);
+  EXPECT_EQ(o.with_pages(7).num_pages(), 7);
+  EXPECT_EQ(o.with_pages(7).step_shape().pages_per_seq, 7);
+}
+
+// Without an explicit cache size, caps too small for max_batch sequences get the most pages that
+// fit every rank (the same count on each), down to one full-length sequence; below that the
+// refusal names the rank. CPU footprint of an 8B shape, fp32: 128 KiB of cache a token.
+TEST(ShardPlanner, CacheFitsTheCapsWhenMaxBatchDoesNot) {
+  const Case k = models()[0];
+  auto fp = build_model_footprint(k.config, BackendKind::kCpu);
+  ASSERT_TRUE(fp.ok());
+  for (const PlanMode mode : {PlanMode::kTensorParallel, PlanMode::kLayers}) {
+    SCOPED_TRACE(plan_mode_name(mode));
+    PlannerOptions o = with(k, mode, {});
+    o.requested_cache_tokens = 0;
+    o.max_batch = 8;  // 8 x 32 pages of 32 MiB (all ranks together): 8 GiB
+    const uint64_t page = fp->total_cache_bytes(o.page_size);
+    const uint64_t fixed = fp->total_weight_bytes() + 2 * rank_reserve_bytes(*fp, o) + 2 * fp->replicated_bytes();
+    // Room for about 2.5 sequences, over two ranks 1:3.
+    const uint64_t total = fixed + 80 * page;
+    o.caps = {total / 4, total - total / 4};
+    auto plans = plan_shards(*fp, o);
+    ASSERT_TRUE(plans.ok()) << plans.status();
+    const int64_t pages = plans->front().num_pages;
+    EXPECT_GE(pages, 32);
+    EXPECT_LT(pages, 8 * 32);
+    for (const RankPlan& p : *plans) {
+      EXPECT_EQ(p.num_pages, pages);
+      EXPECT_LE(p.total_bytes(), o.caps[p.rank]);
+    }
+    EXPECT_EQ(plan_shards(*fp, o.with_pages(pages + 1)).status().code(), absl::StatusCode::kResourceExhausted);
+    // Caps that do not even hold the weights with the fixed parts: refused, naming a rank and the
+    // smallest cache.
+    const uint64_t weights = fp->total_weight_bytes();
+    o.caps = {weights / 4, weights - weights / 4};
+    auto refused = plan_shards(*fp, o);
+    ASSERT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted) << refused.status();
+    const std::string msg(refused.status().message());
+    EXPECT_GE(parse_shortfall(msg).first, 0) << msg;
+    EXPECT_NE(msg.find("one sequence of --max-seq-len 8192, 32 pages of 256 tokens"), std::string::npos) << msg;
+  }
 }
 
 TEST(ShardPlanner, ByteUnits) {

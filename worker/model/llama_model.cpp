@@ -93,9 +93,10 @@ absl::Status LlamaModel::load_weights(const SafetensorsCollection& t, const Load
                                                      ", expected F16/BF16/F32 [", c.vocab_size, ", ", c.hidden_size, "]"));
     }
     stored += e.nbytes();
-    // The CPU backend computes in fp32; a device backend keeps the stored 16-bit table.
+    // The CPU backend computes in fp32; a device backend keeps the stored 16-bit table in pinned
+    // host memory and reads the step's rows in place.
     const DType dtype = be.activation_dtype() == DType::kF32 ? DType::kF32 : e.dtype();
-    EXL3_ASSIGN_OR_RETURN(embedding_, be.prepare_tensor(e, dtype, embed_name));
+    EXL3_ASSIGN_OR_RETURN(embedding_, be.prepare_host_table(e, dtype, embed_name));
   }
   if (progress) progress(1, total);
 

@@ -163,6 +163,13 @@ class WorkerSession {
         EXL3_ASSIGN_OR_RETURN(comm_, make_gloo_communicator(go, *store_));
       }
     }
+    if (cuda() && load.plan().weight_bytes() + load.plan().cache_bytes() > 0) {
+      // Weights and KV cache come from one block of exactly the planned size (plus 256-byte
+      // alignment of every tensor), not one 2 MiB-granular cudaMalloc each.
+      const uint64_t tensors = 40 * static_cast<uint64_t>(shard.end_layer - shard.first_layer) + 64;
+      const uint64_t pool = static_cast<uint64_t>(load.plan().weight_bytes() + load.plan().cache_bytes()) + 256 * tensors;
+      EXL3_RETURN_IF_ERROR(annotate(backend_->reserve_pool(pool), "reserving the weights and KV cache pool"));
+    }
     std::fprintf(stderr, "exl3-worker rank %d: loading %s (layers %lld-%lld) on %s\n", options_.rank,
                  load.model_dir().c_str(), static_cast<long long>(shard.first_layer),
                  static_cast<long long>(shard.end_layer) - 1, backend_->description().c_str());

@@ -50,6 +50,9 @@ def parse_args():
                    help="model directory")
     p.add_argument("--protoc", default=shutil.which("protoc") or "/usr/bin/protoc")
     p.add_argument("--grpc-python-plugin", default=shutil.which("grpc_python_plugin") or "/usr/bin/grpc_python_plugin")
+    p.add_argument("--stubs", help="directory of stubs generated earlier (skips protoc: for machines without it)")
+    p.add_argument("--devices", default="--cpu-workers %d" % CPU_WORKERS,
+                   help="exl3-launch device flags, e.g. \"--gpus 0,1 --split 20,24\" (default: 2 CPU workers)")
     args = p.parse_args()
     if not args.launch:
         p.error("--launch (or EXL3_LAUNCH) is required")
@@ -69,6 +72,9 @@ def generate_stubs(args, out_dir):
         (os.path.join(PROTOS, "grpc", "health", "v1"), "health.proto"),
         (os.path.join(PROTOS, "grpc", "reflection", "v1alpha"), "reflection.proto"),
     ]
+    if args.stubs:
+        sys.path.insert(0, args.stubs)
+        return
     for include, name in jobs:
         cmd = [args.protoc, "-I" + include, "--python_out=" + out_dir, "--grpc_out=" + out_dir,
                "--plugin=protoc-gen-grpc=" + args.grpc_python_plugin, name]
@@ -85,7 +91,7 @@ class Launcher:
     def __init__(self, args, log_path):
         self.log_path = log_path
         self.log = open(log_path, "w")
-        cmd = [args.launch, "--model", args.model, "--cpu-workers", str(CPU_WORKERS), "--port", "0",
+        cmd = [args.launch, "--model", args.model] + args.devices.split() + ["--port", "0",
                "--max-seq-len", str(MAX_SEQ_LEN)]
         print("starting: " + " ".join(cmd), flush=True)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self.log,
