@@ -16,10 +16,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/ops.h"
+#include "kernels/sampling.h"
 #include "kernels/tensor.h"
 
 namespace exl3 {
@@ -64,6 +67,33 @@ struct StepMeta {
   int32_t max_position = 0;  // largest position in the batch (host-side knowledge)
 };
 
+// One logits row to sample: the request's parameters, the Philox position of the draw (the
+// position of the token being sampled) and the sequence's token history for the penalties.
+// The spans point into host memory the caller keeps alive until sample() returns.
+struct SampleRow {
+  SamplingParams params;                 // validated (validate_sampling_params)
+  int64_t position = 0;                  // >= 0
+  std::span<const int32_t> prompt_ids;   // ids in [0, vocab)
+  std::span<const int32_t> output_ids;   // ids in [0, vocab)
+};
+struct SampleBatch {
+  std::vector<SampleRow> rows;  // one per logits row, in row order
+  // Tokens of history sample() will read: the prompt and output ids of rows with a penalty on
+  // (a row whose penalties are all off needs none of its history). At most what reserve_sampling
+  // reserved.
+  int64_t history_tokens() const {
+    int64_t total = 0;
+    for (const SampleRow& r : rows) {
+      if (reads_history(r.params)) total += static_cast<int64_t>(r.prompt_ids.size() + r.output_ids.size());
+    }
+    return total;
+  }
+  // Whether any penalty is on (with all off, the history changes no logit).
+  static bool reads_history(const SamplingParams& p) {
+    return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -106,6 +136,10 @@ class Backend {
   // Scratch the backend's ops may need, sized once for the largest step: up to `max_rows` rows
   // through linears of at most `max_features` padded inputs or outputs.
   virtual absl::Status reserve_scratch(int64_t max_rows, int64_t max_features) = 0;
+  // Buffers sample() needs, sized once: up to `max_rows` rows of `vocab` logits whose histories
+  // total at most `max_history_tokens` (SampleBatch::history_tokens). Keeps the larger of the old
+  // and new sizes; call it outside a step (it may synchronise). CPU: no-op.
+  virtual absl::Status reserve_sampling(int64_t max_rows, int64_t vocab, int64_t max_history_tokens) = 0;
 
   // ---- Ops of one forward pass -----------------------------------------------------------------
   // t = 0 (all bytes), any dtype.
@@ -135,6 +169,21 @@ class Backend {
   virtual void attention(const Tensor& q, const PagedKv& cache, const StepMeta& meta, Tensor& out) = 0;
   // out[i, :] = x[rows[i], :]; x and out the same dtype, rows I32 [r].
   virtual void gather_rows(const Tensor& x, const Tensor& rows, Tensor& out) = 0;
+  // dst[:, column : column + w] = src for src [r, w] and dst [r, cols] of the same dtype,
+  // column + w <= cols (re-packs column blocks, e.g. the vocabulary slices of tensor parallel).
+  virtual void copy_columns(const Tensor& src, Tensor& dst, int64_t column) = 0;
+
+  // ---- Sampling --------------------------------------------------------------------------------
+  // out[i] = the token sampled from logits row i for batch.rows[i]: logits F32 [rows, vocab]
+  // (none NaN or +inf, each row with a finite value), out I32 [rows], batch.rows.size() == rows.
+  // Semantics of sample_ref (kernels/sampling.h): the distribution of sampling_distribution and
+  // the inverse-CDF draw at u = philox_uniform(seed, position, kSampleStream); temperature 0 is
+  // the argmax of the penalised logits (ties to the lowest id), exactly. CPU: fp64 like the
+  // reference, equal to it. CUDA: launch_sample (kernels/cuda/sample.cuh), greedy rows exact and
+  // sampled rows within fp64 rounding of the reference distribution; rows, vocab and history
+  // within reserve_sampling's sizes, row parameters and histories uploaded through the staged
+  // upload into the reserved buffers (no allocation, no synchronisation).
+  virtual void sample(const Tensor& logits, const SampleBatch& batch, Tensor& out) = 0;
 };
 
 // The CPU backend: fp32 activations and KV cache, EXL3 weights dequantized at load, BLAS for

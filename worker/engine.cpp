@@ -20,6 +20,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<LlamaMode
   limits.max_logit_rows = options.max_logit_rows;
   EXL3_RETURN_IF_ERROR(e->model_->reserve(limits));
   EXL3_ASSIGN_OR_RETURN(e->shared_tokens_, be.allocate(DType::kF32, {options.max_seqs}, "sampled token exchange"));
+  // The sampler runs over every logits row of a step (rows not sampled are greedy and ignored);
+  // its histories are sized for a KV cache's worth of tokens and grow when a step needs more.
+  const int64_t sample_rows = std::max(options.max_seqs, options.max_logit_rows);
+  e->sampling_history_ = options.num_pages * options.page_size;
+  EXL3_RETURN_IF_ERROR(be.reserve_sampling(sample_rows, e->model_->config().vocab_size, e->sampling_history_));
+  EXL3_ASSIGN_OR_RETURN(e->sampled_ids_, be.allocate(DType::kI32, {sample_rows}, "sampled token ids"));
   return e;
 }
 
@@ -65,27 +71,46 @@ absl::Status Engine::validate(const StepInput& input) const {
 }
 
 absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
-                                                         const std::vector<const StepSequence*>& seqs) {
-  const int64_t vocab = model_->config().vocab_size;
+                                                         const std::vector<const StepSequence*>& seqs,
+                                                         const std::vector<int64_t>& rows) {
+  Backend& be = model_->backend();
   std::vector<float> sampled(seqs.size(), 0.0f);
-  if (logits.dim(0) > 0) {
-    EXL3_CHECK_EQ(logits.dim(0), static_cast<int64_t>(seqs.size()));
+  const int64_t num_rows = logits.dim(0);
+  if (num_rows > 0) {
+    EXL3_CHECK_EQ(rows.size(), seqs.size());
+    // Rows not sampled (returned logits of earlier tokens) draw greedily with no history.
+    SampleBatch batch;
+    batch.rows.assign(static_cast<size_t>(num_rows), SampleRow{});
+    for (SampleRow& r : batch.rows) r.params.temperature = 0.0f;
     for (size_t i = 0; i < seqs.size(); ++i) {
+      EXL3_CHECK(rows[i] >= 0 && rows[i] < num_rows, "sampled row ", rows[i], " of ", num_rows);
       const History& h = histories_.at(seqs[i]->seq_id);
       const std::span<const int32_t> all(h.tokens);
-      const auto prompt = all.first(std::min<size_t>(h.prompt_len, all.size()));
-      const auto output = all.subspan(prompt.size());
-      sampled[i] = static_cast<float>(sample_ref(std::span<const float>(logits.data<float>() + i * vocab, vocab),
-                                                 seqs[i]->sampling, prompt, output, static_cast<int64_t>(all.size())));
+      SampleRow& r = batch.rows[rows[i]];
+      r.params = seqs[i]->sampling;
+      r.position = static_cast<int64_t>(all.size());
+      r.prompt_ids = all.first(std::min<size_t>(h.prompt_len, all.size()));
+      r.output_ids = all.subspan(r.prompt_ids.size());
     }
+    const int64_t history = batch.history_tokens();
+    if (history > sampling_history_) {
+      sampling_history_ = std::max(history, 2 * sampling_history_);
+      EXL3_RETURN_IF_ERROR(be.reserve_sampling(sampled_ids_.numel(), logits.dim(1), sampling_history_));
+    }
+    Tensor ids = sampled_ids_.rows(0, num_rows);
+    be.sample(logits, batch, ids);
+    Tensor host = Tensor::zeros(DType::kI32, {num_rows});
+    be.download(ids, host);
+    EXL3_RETURN_IF_ERROR(be.synchronize());
+    for (size_t i = 0; i < seqs.size(); ++i) sampled[i] = static_cast<float>(host.data<int32_t>()[rows[i]]);
   }
   // In a layer split only the head rank has logits: share its tokens (ids < 2^24 are exact in fp32).
   if (model_->shard().mode == ShardMode::kLayers && comm_ != nullptr && comm_->world_size() > 1) {
-    Backend& be = model_->backend();
     Tensor shared = shared_tokens_.rows(0, static_cast<int64_t>(sampled.size()));
     Tensor host = Tensor::from_vector(sampled, {static_cast<int64_t>(sampled.size())});
     be.upload(host, shared);
     EXL3_RETURN_IF_ERROR(comm_->all_reduce_sum(shared));
+    EXL3_RETURN_IF_ERROR(comm_->flush());
     be.download(shared, host);
     std::copy_n(host.data<float>(), sampled.size(), sampled.begin());
   }
@@ -110,31 +135,28 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
   StepOutput out;
   for (const StepSequence* s : samplers) out.tokens.push_back({s->seq_id, {}});
 
-  EXL3_ASSIGN_OR_RETURN(Tensor logits, model_->forward_batch(batch, *cache_, comm_));
+  // Logits stay on the device; only requested full logits are downloaded.
+  EXL3_ASSIGN_OR_RETURN(Tensor logits, model_->forward_batch_device(batch, *cache_, comm_));
+  std::vector<int64_t> sample_rows_of;  // the logits row of each sampling sequence
   if (logits.dim(0) > 0) {
-    // Split off requested full logits; keep one row per sampling sequence for the sampler.
+    Backend& be = model_->backend();
     const int64_t vocab = logits.dim(1);
-    Tensor last_rows = Tensor::zeros(DType::kF32, {static_cast<int64_t>(samplers.size()), vocab});
-    int64_t row = 0, sampled = 0;
+    int64_t row = 0;
     for (const StepSequence& s : input.sequences) {
       const int64_t len = static_cast<int64_t>(s.tokens.size());
       const int64_t rows = s.return_logits ? len : s.sample ? 1 : 0;
       if (s.return_logits) {
         Tensor full = Tensor::zeros(DType::kF32, {len, vocab});
-        std::copy_n(logits.data<float>() + row * vocab, len * vocab, full.mutable_data<float>());
+        be.download(logits.rows(row, len), full);
         out.logits.push_back({s.seq_id, std::move(full)});
       }
-      if (s.sample) {
-        std::copy_n(logits.data<float>() + (row + rows - 1) * vocab, vocab,
-                    last_rows.mutable_data<float>() + sampled * vocab);
-        ++sampled;
-      }
+      if (s.sample) sample_rows_of.push_back(row + rows - 1);
       row += rows;
     }
-    logits = std::move(last_rows);
+    EXL3_RETURN_IF_ERROR(be.synchronize());
   }
   for (int32_t iter = 0; iter < input.decode_steps && !samplers.empty(); ++iter) {
-    EXL3_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, sample_rows(logits, samplers));
+    EXL3_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, sample_rows(logits, samplers, sample_rows_of));
     std::vector<int32_t> next_tokens(samplers.size());
     for (size_t i = 0; i < samplers.size(); ++i) {
       histories_[samplers[i]->seq_id].tokens.push_back(tokens[i]);
@@ -148,7 +170,9 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
       batch.push_back(BatchEntry{std::span<const int32_t>(&h.tokens.back(), 1),
                                  static_cast<int32_t>(h.tokens.size() - 1), samplers[i]->page_table, LogitsMode::kLast});
     }
-    EXL3_ASSIGN_OR_RETURN(logits, model_->forward_batch(batch, *cache_, comm_));
+    EXL3_ASSIGN_OR_RETURN(logits, model_->forward_batch_device(batch, *cache_, comm_));
+    sample_rows_of.resize(samplers.size());
+    for (size_t i = 0; i < samplers.size(); ++i) sample_rows_of[i] = static_cast<int64_t>(i);
   }
   return out;
 }

@@ -70,14 +70,19 @@ class Engine {
   };
   Engine() = default;
   absl::Status validate(const StepInput& input) const;
-  // Samples one token per logits row for the given sequences (all ranks agree).
-  absl::StatusOr<std::vector<int32_t>> sample_rows(const Tensor& logits, const std::vector<const StepSequence*>& seqs);
+  // Samples one token for each of `seqs` from its row rows[i] of `logits` (F32 [r, vocab] on the
+  // backend's device; [0, vocab] on a layer-split rank without the head) on the backend, and
+  // downloads the ids only; all ranks agree.
+  absl::StatusOr<std::vector<int32_t>> sample_rows(const Tensor& logits, const std::vector<const StepSequence*>& seqs,
+                                                   const std::vector<int64_t>& rows);
 
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvCache> cache_;
   Communicator* comm_ = nullptr;
   EngineOptions options_;
   Tensor shared_tokens_;  // F32 [max_seqs] on the device: sampled ids shared in a layer split
+  Tensor sampled_ids_;    // I32 [max(max_seqs, max_logit_rows)] on the device: the sampler's output
+  int64_t sampling_history_ = 0;  // history tokens the backend's sampler buffers hold
   std::map<uint64_t, History> histories_;
 };
 

@@ -362,12 +362,14 @@ uint64_t forward_workspace_bytes(const ModelConfig& c, const RankShape& rank, co
   const uint64_t n = u64(step.tokens), r = u64(step.logit_rows), h = u64(c.hidden_size), hd = u64(c.head_dim);
   const uint64_t kv = u64(rank.kv_heads), heads = kv * u64(c.num_heads / c.num_kv_heads), mlp = u64(rank.mlp_columns);
   const uint64_t local_vocab = rank.has_head ? u64(rank.vocab_rows) : 0;
-  // In take_buffers' order: step metadata, layer activations, head buffers, width exchange.
+  // In take_buffers' order: step metadata, layer activations, head buffers (gathered and packed
+  // logits in tp), width exchange.
   const uint64_t sizes[] = {4 * n,         4 * n,          4 * n,          4 * u64(step.seqs) * u64(step.pages_per_seq),
                             4 * r,         4 * n * h,      a * n * h,      a * n * heads * hd,
                             a * n * kv * hd, a * n * kv * hd, a * n * heads * hd, 4 * n * h,
                             a * n * mlp,   a * n * mlp,    a * n * mlp,    4 * r * h,
                             a * r * h,     4 * r * local_vocab, rank.gathers_logits ? 4 * r * u64(c.vocab_size) : 0,
+                            rank.gathers_logits ? 4 * r * u64(c.vocab_size) : 0,  // gathered logits re-packed
                             4,             4 * u64(rank.world_size)};
   uint64_t total = 0;
   for (uint64_t s : sizes) total += align_workspace(s);
@@ -392,11 +394,22 @@ uint64_t cuda_scratch_bytes(int64_t rows, int64_t features) {
   return linear + 4 * u64(floats);
 }
 
+uint64_t cuda_sampler_bytes(int64_t rows, int64_t vocab, int64_t history_tokens) {
+  auto align256 = [](uint64_t b) { return (b + 255) / 256 * 256; };
+  const uint64_t chunks = (u64(vocab) + 31) / 32;
+  const uint64_t row_scratch = align256(4 * u64(vocab)) + align256(4 * chunks) + align256(8 * chunks);
+  constexpr uint64_t kDeviceSampleRowBytes = 64;
+  return u64(rows) * kDeviceSampleRowBytes + 4 * u64(std::max<int64_t>(history_tokens, 1)) + u64(rows) * row_scratch +
+         4 * u64(rows);
+}
+
 CudaRankReserve cuda_rank_reserve(const ModelConfig& c, const RankShape& rank, const StepShape& step) {
   CudaRankReserve r;
   r.workspace = forward_workspace_bytes(c, rank, step, 2);
   r.scratch = cuda_scratch_bytes(step.tokens, widest_padded_features(c, rank));
   r.engine = 4 * u64(c.rotary_dim() / 2) + 4 * u64(step.seqs);
+  // The engine samples max(seqs, logit_rows) rows of the whole vocabulary over every cached token.
+  r.sampler = cuda_sampler_bytes(std::max(step.seqs, step.logit_rows), c.vocab_size, step.pages_per_seq * step.page_size);
   r.allocator_fixed = kCudaOverheads.cublas_workspace_bytes + kCudaOverheads.bookkeeping_bytes;
   r.context = kCudaOverheads.context_bytes;
   r.nccl = rank.world_size > 1 ? kCudaOverheads.nccl_bytes : 0;

@@ -172,6 +172,7 @@ struct StepShape {
   int64_t seqs = 256;           // max_seqs
   int64_t pages_per_seq = 64;   // max_pages_per_seq (the engine uses num_pages)
   int64_t logit_rows = 256;     // max_logit_rows
+  int64_t page_size = 256;      // KV page size: the sampler's history holds pages_per_seq pages
 };
 
 // The widest parts one rank holds, which size its workspace and scratch.
@@ -205,13 +206,17 @@ struct CudaRankReserve {
   uint64_t workspace = 0;   // forward workspace arena
   uint64_t scratch = 0;     // linear + attention scratch
   uint64_t engine = 0;      // RoPE inv_freq (F32) + the engine's sampled-token exchange (F32 [seqs])
+  uint64_t sampler = 0;     // the backend's sampler: row params, history, scratch; sampled ids
   uint64_t allocator_fixed = 0;  // cuBLAS workspace + bookkeeping (through the allocator)
   uint64_t context = 0;     // CUDA context (outside the allocator)
   uint64_t nccl = 0;        // NCCL buffers (outside the allocator; 0 for a world of one)
-  uint64_t total() const { return workspace + scratch + engine + allocator_fixed + context + nccl; }
+  uint64_t total() const { return workspace + scratch + engine + sampler + allocator_fixed + context + nccl; }
   uint64_t outside_allocator() const { return context + nccl; }
 };
 CudaRankReserve cuda_rank_reserve(const ModelConfig& config, const RankShape& rank, const StepShape& step);
+// What the CUDA backend's reserve_sampling(rows, vocab, history) plus the engine's sampled ids take
+// (mirrors kernels/cuda/sample.cu's scratch layout and sizeof(DeviceSampleRow) == 64).
+uint64_t cuda_sampler_bytes(int64_t rows, int64_t vocab, int64_t history_tokens);
 
 // The RankShape that bounds every rank of a plan: all KV heads, all MLP columns, the whole
 // vocabulary, gathering logits when tensor parallel over several ranks. The planner charges this

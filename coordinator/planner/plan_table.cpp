@@ -187,7 +187,7 @@ std::string format_plan_table(const ModelFootprint& fp, const std::vector<RankPl
     const CudaRankReserve r = cuda_plan_reserve(fp, pages > 0 ? options->with_pages(pages) : *options);
     absl::StrAppend(&out, "workspace per CUDA rank (bound for the widest rank, ", options->step_tokens,
                     " tokens per step): forward ", format_bytes(r.workspace), ", scratch ", format_bytes(r.scratch),
-                    ", RoPE + sampler ", format_bytes(r.engine), ", cuBLAS ", format_bytes(r.allocator_fixed),
+                    ", RoPE ", format_bytes(r.engine), ", sampler ", format_bytes(r.sampler), ", cuBLAS ", format_bytes(r.allocator_fixed),
                     ", CUDA context ", format_bytes(r.context), ", NCCL ", format_bytes(r.nccl),
                     " (context and NCCL are estimates outside the worker's allocator)\n");
   }

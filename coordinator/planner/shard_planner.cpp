@@ -498,6 +498,7 @@ StepShape PlannerOptions::step_shape() const {
   s.seqs = max_batch;
   s.pages_per_seq = num_pages();
   s.logit_rows = max_batch;
+  s.page_size = page_size;
   return s;
 }
 

@@ -120,6 +120,7 @@ class CpuBackend final : public Backend {
 
   absl::Status reserve_pool(uint64_t) override { return absl::OkStatus(); }
   absl::Status reserve_scratch(int64_t, int64_t) override { return absl::OkStatus(); }
+  absl::Status reserve_sampling(int64_t, int64_t, int64_t) override { return absl::OkStatus(); }
 
   void zero(Tensor& t) override {
     check_host(t, "zero");
@@ -228,6 +229,35 @@ class CpuBackend final : public Backend {
     if (out.dim(0) == 0) return;
     gather_rows_cpu(x.raw(), static_cast<const int32_t*>(rows.raw()), out.mutable_raw(), out.dim(0),
                     static_cast<int64_t>(out.nbytes()) / out.dim(0));
+  }
+
+  void copy_columns(const Tensor& src, Tensor& dst, int64_t column) override {
+    check_host(src, "copy_columns src");
+    check_host(dst, "copy_columns dst");
+    EXL3_CHECK(src.rank() == 2 && dst.rank() == 2 && src.dtype() == dst.dtype() && src.dim(0) == dst.dim(0) &&
+                   column >= 0 && column + src.dim(1) <= dst.dim(1),
+               "copy_columns: src ", shape_string(src.shape()), " into dst ", shape_string(dst.shape()), " at column ",
+               column);
+    if (src.numel() == 0) return;
+    copy_columns_cpu(src.raw(), dst.mutable_raw(), src.dim(0), src.dim(1), dst.dim(1), column,
+                     static_cast<int64_t>(dtype_size(src.dtype())));
+  }
+
+  void sample(const Tensor& logits, const SampleBatch& batch, Tensor& out) override {
+    check_f32(logits, "sample logits");
+    check_host(out, "sample out");
+    const int64_t rows = static_cast<int64_t>(batch.rows.size());
+    EXL3_CHECK(logits.rank() == 2 && logits.dim(0) == rows && logits.dim(1) > 0 && out.dtype() == DType::kI32 &&
+                   out.numel() == rows,
+               "sample: logits ", shape_string(logits.shape()), " for ", rows, " rows, out ", dtype_name(out.dtype()),
+               shape_string(out.shape()));
+    const int64_t vocab = logits.dim(1);
+    int32_t* ids = static_cast<int32_t*>(out.mutable_raw());
+    for (int64_t i = 0; i < rows; ++i) {
+      const SampleRow& row = batch.rows[i];
+      ids[i] = sample_cpu(std::span<const float>(logits.data<float>() + i * vocab, vocab), row.params, row.prompt_ids,
+                          row.output_ids, row.position);
+    }
   }
 
  private:

@@ -4,8 +4,10 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/ops.h"
+#include "kernels/sampling.h"
 
 namespace exl3 {
 
@@ -22,6 +24,14 @@ void rope_cpu(float* x, const int32_t* positions, const float* inv_freq, int64_t
               int64_t head_dim, int64_t half_rotary, float attention_scaling);
 // out[i, :] = x[rows[i], :] with row_bytes bytes per row.
 void gather_rows_cpu(const void* x, const int32_t* rows, void* out, int64_t num_rows, int64_t row_bytes);
+
+// dst[i, column : column + src_cols] = src[i, :] for `rows` rows of elem_bytes-sized elements.
+void copy_columns_cpu(const void* src, void* dst, int64_t rows, int64_t src_cols, int64_t dst_cols, int64_t column,
+                      int64_t elem_bytes);
+// One token drawn as sample_ref draws it (kernels/sampling.h): the inverse CDF of
+// sampling_distribution() at philox_uniform(seed, position, kSampleStream); temperature 0 the argmax.
+int32_t sample_cpu(std::span<const float> logits, const SamplingParams& params, std::span<const int32_t> prompt_ids,
+                   std::span<const int32_t> output_ids, int64_t position);
 
 // Batched paged-cache metadata on the host (see StepMeta in kernels/backend.h).
 struct CpuPagedBatch {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/count_nonfinite.cuh"
@@ -21,6 +22,7 @@
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/exl3_linear.cuh"
 #include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/sample.cuh"
 #include "kernels/cuda/upload_stager.h"
 #include "kernels/fp16.h"
 
@@ -344,6 +346,42 @@ class CudaBackend final : public Backend {
     return absl::OkStatus();
   }
 
+  // Sampler buffers: row parameters, histories and launch_sample's scratch; keeps the larger of
+  // the old and new sizes.
+  absl::Status reserve_sampling(int64_t max_rows, int64_t vocab, int64_t max_history_tokens) override {
+    if (max_rows <= 0 || vocab <= 0 || max_history_tokens < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("reserve_sampling: max_rows ", max_rows, ", vocab ", vocab,
+                                                     ", max_history_tokens ", max_history_tokens));
+    }
+    const int64_t rows = std::max(max_rows, sample_rows_);
+    const int64_t history = std::max(max_history_tokens, sample_history_);
+    const uint64_t scratch = std::max<uint64_t>(sample_scratch_bytes(rows, vocab), sample_scratch_bytes_);
+    if (rows == sample_rows_ && history == sample_history_ && scratch == sample_scratch_bytes_) {
+      return absl::OkStatus();
+    }
+    activate();
+    // Queued samples may still read the old buffers; release them before the new ones are counted.
+    EXL3_RETURN_IF_ERROR(synchronize());
+    sample_params_.reset();
+    sample_history_buffer_.reset();
+    sample_scratch_.reset();
+    sample_rows_ = sample_history_ = 0;
+    sample_scratch_bytes_ = 0;
+    EXL3_ASSIGN_OR_RETURN(sample_params_,
+                          allocator_.allocate(static_cast<uint64_t>(rows) * sizeof(DeviceSampleRow),
+                                              absl::StrCat("sampler row parameters [", rows, "]")));
+    EXL3_ASSIGN_OR_RETURN(sample_history_buffer_,
+                          allocator_.allocate(static_cast<uint64_t>(std::max<int64_t>(history, 1)) * sizeof(int32_t),
+                                              absl::StrCat("sampler token histories [", history, "]")));
+    EXL3_ASSIGN_OR_RETURN(sample_scratch_,
+                          allocator_.allocate(scratch, absl::StrCat("sampler scratch (", rows, " rows of ", vocab,
+                                                                    " logits)")));
+    sample_rows_ = rows;
+    sample_history_ = history;
+    sample_scratch_bytes_ = scratch;
+    return absl::OkStatus();
+  }
+
   // ---- Ops ----------------------------------------------------------------------------------
 
   void zero(Tensor& t) override {
@@ -570,6 +608,77 @@ class CudaBackend final : public Backend {
     launch_gather_rows(p, stream_);
   }
 
+  void copy_columns(const Tensor& src, Tensor& dst, int64_t column) override {
+    check_device(src, "copy_columns src");
+    check_device(dst, "copy_columns dst");
+    EXL3_CHECK(src.rank() == 2 && dst.rank() == 2 && src.dtype() == dst.dtype() && src.dim(0) == dst.dim(0) &&
+                   column >= 0 && column + src.dim(1) <= dst.dim(1),
+               "copy_columns: src ", shape_string(src.shape()), " into dst ", shape_string(dst.shape()), " at column ",
+               column);
+    if (src.numel() == 0) return;
+    const size_t elem = dtype_size(src.dtype());
+    EXL3_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<uint8_t*>(dst.mutable_raw()) + column * elem, dst.dim(1) * elem,
+                                      src.raw(), src.dim(1) * elem, src.dim(1) * elem, src.dim(0),
+                                      cudaMemcpyDeviceToDevice, stream_));
+  }
+
+  void sample(const Tensor& logits, const SampleBatch& batch, Tensor& out) override {
+    check_dtype(logits, DType::kF32, "sample logits");
+    check_dtype(out, DType::kI32, "sample out");
+    const int64_t rows = static_cast<int64_t>(batch.rows.size());
+    EXL3_CHECK(logits.rank() == 2 && logits.dim(0) == rows && logits.dim(1) > 0 && out.numel() == rows,
+               "sample: logits ", shape_string(logits.shape()), " for ", rows, " rows, out ", shape_string(out.shape()));
+    if (rows == 0) return;
+    const int64_t vocab = logits.dim(1);
+    const int64_t history = batch.history_tokens();
+    EXL3_CHECK(rows <= sample_rows_ && history <= sample_history_ &&
+                   sample_scratch_bytes(rows, vocab) <= sample_scratch_bytes_,
+               "sample: ", rows, " rows of ", vocab, " logits with ", history, " history tokens, but reserve_sampling ",
+               "reserved ", sample_rows_, " rows, ", sample_history_, " history tokens and ", sample_scratch_bytes_,
+               " scratch bytes");
+    host_rows_.resize(static_cast<size_t>(rows));
+    host_history_.clear();
+    for (int64_t i = 0; i < rows; ++i) {
+      const SampleRow& row = batch.rows[i];
+      EXL3_CHECK(row.position >= 0, "sample: row ", i, " position ", row.position);
+      DeviceSampleRow& d = host_rows_[i];
+      d = DeviceSampleRow{};
+      d.temperature = row.params.temperature;
+      d.top_k = row.params.top_k;
+      d.top_p = row.params.top_p;
+      d.min_p = row.params.min_p;
+      d.repetition_penalty = row.params.repetition_penalty;
+      d.presence_penalty = row.params.presence_penalty;
+      d.frequency_penalty = row.params.frequency_penalty;
+      d.seed_lo = static_cast<uint32_t>(row.params.seed);
+      d.seed_hi = static_cast<uint32_t>(row.params.seed >> 32);
+      d.position = row.position;
+      d.history_begin = static_cast<int32_t>(host_history_.size());
+      if (SampleBatch::reads_history(row.params)) {
+        host_history_.insert(host_history_.end(), row.prompt_ids.begin(), row.prompt_ids.end());
+        host_history_.insert(host_history_.end(), row.output_ids.begin(), row.output_ids.end());
+        d.prompt_len = static_cast<int32_t>(row.prompt_ids.size());
+        d.output_len = static_cast<int32_t>(row.output_ids.size());
+      }
+    }
+    for (const int32_t id : host_history_) {
+      EXL3_CHECK(id >= 0 && id < vocab, "sample: history token ", id, " outside [0, ", vocab, ")");
+    }
+    stager_->stage(host_rows_.data(), sample_params_.get(), host_rows_.size() * sizeof(DeviceSampleRow));
+    if (!host_history_.empty()) {
+      stager_->stage(host_history_.data(), sample_history_buffer_.get(), host_history_.size() * sizeof(int32_t));
+    }
+    SampleParams p;
+    p.logits = ptr<float>(logits);
+    p.rows = rows;
+    p.vocab = vocab;
+    p.row_params = static_cast<const DeviceSampleRow*>(sample_params_.get());
+    p.history = host_history_.empty() ? nullptr : static_cast<const int32_t*>(sample_history_buffer_.get());
+    p.out = mut<int32_t>(out);
+    p.scratch = sample_scratch_.get();
+    launch_sample(p, stream_);
+  }
+
   DeviceMemoryReport memory_report() const {
     activate();
     size_t free_bytes = 0, total_bytes = 0;
@@ -674,6 +783,13 @@ class CudaBackend final : public Backend {
   std::shared_ptr<void> attention_scratch_;
   int64_t attention_scratch_floats_ = 0;
   uint64_t host_table_bytes_ = 0;  // pinned host tables (prepare_host_table)
+
+  // reserve_sampling: DeviceSampleRow [sample_rows_], I32 [sample_history_], launch_sample scratch.
+  std::shared_ptr<void> sample_params_, sample_history_buffer_, sample_scratch_;
+  int64_t sample_rows_ = 0, sample_history_ = 0;
+  uint64_t sample_scratch_bytes_ = 0;
+  std::vector<DeviceSampleRow> host_rows_;  // host side of a sample()'s uploads, reused
+  std::vector<int32_t> host_history_;
 };
 
 CudaBackend& as_cuda(Backend& backend) {

@@ -499,6 +499,9 @@ __global__ void philox_check_kernel(const PhiloxCounter* counters, const PhiloxK
 
 }  // namespace
 
+// The planner prices the row array at 64 bytes a row (coordinator/planner/model_footprint.cpp).
+static_assert(sizeof(DeviceSampleRow) == 64, "update cuda_sampler_bytes in the planner");
+
 size_t sample_scratch_bytes(int64_t rows, int64_t vocab) {
   EXL3_CHECK(rows >= 0 && vocab > 0, "rows ", rows, " vocab ", vocab);
   return static_cast<size_t>(rows * scratch_layout(vocab).row_bytes);

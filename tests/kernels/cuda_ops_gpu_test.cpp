@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/elementwise.cuh"
@@ -731,12 +732,7 @@ void PrintTo(const TableRow& row, std::ostream* os) { *os << row.op << "/" << ro
 
 class CudaOpsTest : public ::testing::TestWithParam<TableRow> {
  protected:
-  void SetUp() override {
-    int devices = 0;
-    const cudaError_t err = cudaGetDeviceCount(&devices);
-    ASSERT_EQ(err, cudaSuccess) << "no usable CUDA device: " << cudaGetErrorString(err);
-    ASSERT_GT(devices, 0) << "no CUDA device";
-  }
+  void SetUp() override { testing::require_cuda_device(); }
 };
 
 TEST_P(CudaOpsTest, MatchesCpuReference) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/test_paths.h"
+#include "common/cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/exl3_decode.cuh"
@@ -23,41 +24,11 @@
 namespace exl3 {
 namespace {
 
+using testing::DeviceBuffer;
+
 constexpr Codebook kCodebooks[] = {Codebook::k3Inst, Codebook::kMcg, Codebook::kMul1};
 
-// Device buffer that frees itself; errors abort through EXL3_CUDA_CHECK.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t count) : count_(count) {
-    EXL3_CUDA_CHECK(cudaMalloc(&ptr_, count * sizeof(T)));
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return ptr_; }
-  void upload(const void* src) {
-    EXL3_CUDA_CHECK(cudaMemcpy(ptr_, src, count_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void download(void* dst) const {
-    EXL3_CUDA_CHECK(cudaMemcpy(dst, ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost));
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_;
-};
-
-class CudaKernelTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    int devices = 0;
-    const cudaError_t err = cudaGetDeviceCount(&devices);
-    ASSERT_EQ(err, cudaSuccess) << "no usable CUDA device: " << cudaGetErrorString(err);
-    ASSERT_GT(devices, 0) << "no CUDA device";
-  }
-};
+class CudaKernelTest : public testing::CudaTest {};
 
 // Decodes `trellis` on the GPU; returns the fp16 bits of Wq [k, n].
 std::vector<uint16_t> gpu_decode(const Tensor& trellis, int bits, Codebook codebook) {

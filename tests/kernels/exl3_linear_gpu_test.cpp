@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/test_paths.h"
+#include "common/cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/exl3_linear.cuh"
@@ -25,6 +26,8 @@
 
 namespace exl3 {
 namespace {
+
+using testing::DeviceBuffer;
 
 constexpr Codebook kCodebooks[] = {Codebook::k3Inst, Codebook::kMcg, Codebook::kMul1};
 
@@ -43,41 +46,7 @@ constexpr double kLinearMaxAbsRel = 1e-2;
 // max |err| 1.2e-3 on the same data (exl3_linear_test.cpp allows 3e-3).
 constexpr double kForwardTolerance = 3e-3;
 
-// Device buffer that frees itself; errors abort through EXL3_CUDA_CHECK.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t count) : count_(std::max<size_t>(count, 1)) {
-    EXL3_CUDA_CHECK(cudaMalloc(&ptr_, count_ * sizeof(T)));
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return ptr_; }
-  void upload(const void* src, size_t count) {
-    EXL3_CHECK(count <= count_);
-    EXL3_CUDA_CHECK(cudaMemcpy(ptr_, src, count * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  void download(void* dst, size_t count) const {
-    EXL3_CHECK(count <= count_);
-    EXL3_CUDA_CHECK(cudaMemcpy(dst, ptr_, count * sizeof(T), cudaMemcpyDeviceToHost));
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_;
-};
-
-class Exl3LinearGpuTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    int devices = 0;
-    const cudaError_t err = cudaGetDeviceCount(&devices);
-    ASSERT_EQ(err, cudaSuccess) << "no usable CUDA device: " << cudaGetErrorString(err);
-    ASSERT_GT(devices, 0) << "no CUDA device";
-  }
-};
+class Exl3LinearGpuTest : public testing::CudaTest {};
 
 const char* codebook_name(Codebook cb) {
   switch (cb) {

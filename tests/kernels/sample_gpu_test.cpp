@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "common/cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/sample.cuh"
@@ -24,42 +25,9 @@
 namespace exl3 {
 namespace {
 
-// Device buffer that frees itself; errors abort through EXL3_CUDA_CHECK.
-template <typename T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t count) : count_(std::max<size_t>(count, 1)) {
-    EXL3_CUDA_CHECK(cudaMalloc(&ptr_, count_ * sizeof(T)));
-  }
-  ~DeviceBuffer() { cudaFree(ptr_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+using testing::DeviceBuffer;
 
-  T* get() const { return ptr_; }
-  void upload(const std::vector<T>& src) {
-    EXL3_CHECK(src.size() <= count_);
-    EXL3_CUDA_CHECK(cudaMemcpy(ptr_, src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  std::vector<T> download(size_t count) const {
-    std::vector<T> out(count);
-    EXL3_CUDA_CHECK(cudaMemcpy(out.data(), ptr_, count * sizeof(T), cudaMemcpyDeviceToHost));
-    return out;
-  }
-
- private:
-  T* ptr_ = nullptr;
-  size_t count_;
-};
-
-class SampleGpuTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    int devices = 0;
-    const cudaError_t err = cudaGetDeviceCount(&devices);
-    ASSERT_EQ(err, cudaSuccess) << "no usable CUDA device: " << cudaGetErrorString(err);
-    ASSERT_GT(devices, 0) << "no CUDA device";
-  }
-};
+class SampleGpuTest : public testing::CudaTest {};
 
 // ---- Philox ------------------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@
 #include "coordinator/planner/plan_table.h"
 #include "coordinator/planner/shard_planner.h"
 #include "gtest/gtest.h"
+#include "planner/rank_plan_conversions.h"
 #include "worker/kv_cache.h"
 #include "worker/model/llama_model.h"
 #include "worker/model/model_shard.h"
@@ -19,33 +20,8 @@
 namespace exl3 {
 namespace {
 
-ModelShard to_shard(const RankPlan& p) {
-  ModelShard s;
-  s.mode = p.mode == PlanMode::kTensorParallel ? ShardMode::kTensorParallel : ShardMode::kLayers;
-  s.rank = p.rank;
-  s.world_size = p.world_size;
-  s.first_layer = p.first_layer;
-  s.end_layer = p.end_layer;
-  for (const LayerPlan& l : p.layers) s.layers.push_back({l.kv_head_begin, l.kv_head_end, l.mlp_begin, l.mlp_end});
-  s.vocab_begin = p.vocab_begin;
-  s.vocab_end = p.vocab_end;
-  s.has_embedding = p.has_embedding;
-  s.has_head = p.has_head;
-  return s;
-}
-
-RankShape shape_of(const RankPlan& p) {
-  RankShape r;
-  for (const LayerPlan& l : p.layers) {
-    r.kv_heads = std::max(r.kv_heads, l.kv_head_end - l.kv_head_begin);
-    r.mlp_columns = std::max(r.mlp_columns, l.mlp_end - l.mlp_begin);
-  }
-  r.has_head = p.has_head;
-  r.vocab_rows = p.has_head ? p.vocab_end - p.vocab_begin : 0;
-  r.gathers_logits = p.mode == PlanMode::kTensorParallel && p.world_size > 1 && p.has_head;
-  r.world_size = p.world_size;
-  return r;
-}
+using testing::to_shard;
+using testing::shape_of;
 
 class CudaFootprint : public ::testing::Test {
  protected:

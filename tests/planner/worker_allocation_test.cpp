@@ -6,6 +6,7 @@
 #include "common/test_paths.h"
 #include "coordinator/planner/shard_planner.h"
 #include "gtest/gtest.h"
+#include "planner/rank_plan_conversions.h"
 #include "worker/kv_cache.h"
 #include "worker/model/llama_model.h"
 #include "worker/model/model_shard.h"
@@ -13,20 +14,7 @@
 namespace exl3 {
 namespace {
 
-ModelShard to_shard(const RankPlan& p) {
-  ModelShard s;
-  s.mode = p.mode == PlanMode::kTensorParallel ? ShardMode::kTensorParallel : ShardMode::kLayers;
-  s.rank = p.rank;
-  s.world_size = p.world_size;
-  s.first_layer = p.first_layer;
-  s.end_layer = p.end_layer;
-  for (const LayerPlan& l : p.layers) s.layers.push_back({l.kv_head_begin, l.kv_head_end, l.mlp_begin, l.mlp_end});
-  s.vocab_begin = p.vocab_begin;
-  s.vocab_end = p.vocab_end;
-  s.has_embedding = p.has_embedding;
-  s.has_head = p.has_head;
-  return s;
-}
+using testing::to_shard;
 
 void expect_worker_matches(PlanMode mode, const std::vector<double>& weights) {
   const std::string dir = testing::source_path("models/exl3-4.0bpw");

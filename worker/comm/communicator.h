@@ -63,6 +63,12 @@ class Communicator {
     return recv(std::span<float>(t.mutable_data<float>(), t.numel()), src_rank);
   }
 
+  // Waits, within the communicator's deadline, until every collective issued so far is complete on
+  // the device. A backend that returns from each call once it is queued (NCCL without
+  // wait_each_op, so that a step has no host sync until its end) is flushed once per step, before
+  // the step's results are read; synchronous backends (Gloo) have nothing to wait for.
+  virtual absl::Status flush() { return absl::OkStatus(); }
+
  protected:
   static absl::Status check_host_f32(const Tensor& t, const char* op) {
     if (t.on_host() && t.dtype() == DType::kF32) return absl::OkStatus();

@@ -188,6 +188,22 @@ class NcclCommunicator final : public Communicator {
     });
   }
 
+  absl::Status flush() override {
+    EXL3_RETURN_IF_ERROR(usable());
+    if (options_.wait_each_op) return absl::OkStatus();
+    const OpInfo info{"flush (the step's collectives)", 0, DType::kI32};
+    ScopedDevice device;
+    if (absl::Status status = device.enter(options_.device); !status.ok()) {
+      return fail(absl::Status(status.code(), absl::StrCat(describe(info), " (", who(), "): ", status.message())));
+    }
+    const cudaError_t err = cudaEventRecord(done_, options_.stream);
+    if (err != cudaSuccess) {
+      cudaGetLastError();
+      return fail(cuda_error(info, "cudaEventRecord", err));
+    }
+    return wait_done(info, Clock::now() + options_.timeout, options_.timeout);
+  }
+
   absl::Status all_reduce_sum(Tensor& t) override {
     EXL3_RETURN_IF_ERROR(check_tensor(t, "all_reduce_sum", /*allow_i32=*/false));
     if (t.numel() == 0) return usable();

@@ -41,6 +41,7 @@ struct LlamaModel::StepBuffers {
   Tensor normed;           // A [r, hidden]
   Tensor logits;           // F32 [r, local vocab]
   Tensor gathered;         // F32 [r * vocab] (tensor parallel over several ranks)
+  Tensor packed;           // F32 [r, vocab]: the gathered blocks re-packed by rows (tensor parallel)
   Tensor widths;           // F32 [1] and [world]: the head widths exchanged once
   Tensor all_widths;
 };
@@ -213,6 +214,7 @@ absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::take_buffers(const StepDims&
   EXL3_ASSIGN_OR_RETURN(b.normed, w.take(a, {r, c.hidden_size}, "normed head input"));
   EXL3_ASSIGN_OR_RETURN(b.logits, w.take(DType::kF32, {r, local_vocab}, "logits"));
   EXL3_ASSIGN_OR_RETURN(b.gathered, w.take(DType::kF32, {gather ? r * c.vocab_size : 0}, "gathered logits"));
+  EXL3_ASSIGN_OR_RETURN(b.packed, w.take(DType::kF32, {gather ? r : 0, c.vocab_size}, "packed logits"));
   EXL3_ASSIGN_OR_RETURN(b.widths, w.take(DType::kF32, {1}, "head width"));
   EXL3_ASSIGN_OR_RETURN(b.all_widths, w.take(DType::kF32, {shard_.world_size}, "head widths"));
   b.meta.num_tokens = n;
@@ -241,7 +243,7 @@ uint64_t LlamaModel::workspace_bytes_for(const StepLimits& limits) const {
       4ull * n * c.hidden_size, as * n * c.hidden_size, as * n * heads * hd, as * n * kv * hd, as * n * kv * hd,
       as * n * heads * hd, 4ull * n * c.hidden_size, as * n * mlp, as * n * mlp, as * n * mlp,
       4ull * r * c.hidden_size, as * r * c.hidden_size, 4ull * r * local_vocab, 4ull * (gather ? r * c.vocab_size : 0),
-      4ull, 4ull * shard_.world_size};
+      4ull * (gather ? r * c.vocab_size : 0), 4ull, 4ull * shard_.world_size};
   uint64_t total = 0;
   for (uint64_t s : sizes) total += Workspace::aligned(s);
   return total;
@@ -326,6 +328,17 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
 
 absl::StatusOr<Tensor> LlamaModel::forward_batch(std::span<const BatchEntry> batch, KvCache& cache,
                                                  Communicator* comm) const {
+  EXL3_ASSIGN_OR_RETURN(const Tensor device_logits, forward_batch_device(batch, cache, comm));
+  Tensor logits = Tensor::zeros(DType::kF32, {device_logits.dim(0), config_.vocab_size});
+  if (device_logits.dim(0) > 0) {
+    backend_->download(device_logits, logits);
+    EXL3_RETURN_IF_ERROR(backend_->synchronize());
+  }
+  return logits;
+}
+
+absl::StatusOr<Tensor> LlamaModel::forward_batch_device(std::span<const BatchEntry> batch, KvCache& cache,
+                                                        Communicator* comm) const {
   const ModelConfig& c = config_;
   Backend& be = *backend_;
   const bool layer_split = shard_.mode == ShardMode::kLayers && comm != nullptr && comm->world_size() > 1;
@@ -394,10 +407,15 @@ absl::StatusOr<Tensor> LlamaModel::forward_batch(std::span<const BatchEntry> bat
   if (!shard_.has_head) {
     EXL3_CHECK(layer_split, "a shard without the head needs a layer-split communicator");
     EXL3_RETURN_IF_ERROR(comm->send(b.x, comm->rank() + 1));
+    EXL3_RETURN_IF_ERROR(comm->flush());
     EXL3_RETURN_IF_ERROR(be.synchronize());
     return Tensor::zeros(DType::kF32, {0, c.vocab_size});
   }
-  return run_head(b, b.meta, comm);
+  EXL3_ASSIGN_OR_RETURN(Tensor logits, run_head(b, b.meta, comm));
+  // The step's one wait for its collectives (within the communicator's deadline), before anything
+  // reads its results.
+  if (comm != nullptr) EXL3_RETURN_IF_ERROR(comm->flush());
+  return logits;
 }
 
 absl::StatusOr<Tensor> LlamaModel::run_head(StepBuffers& b, const StepMeta& meta, Communicator* comm) const {
@@ -408,12 +426,9 @@ absl::StatusOr<Tensor> LlamaModel::run_head(StepBuffers& b, const StepMeta& meta
   be.rms_norm(b.selected, final_norm_, static_cast<float>(c.rms_norm_eps), b.normed);
   be.linear(lm_head_.weights(), b.normed, b.logits);  // [r, vocab_end - vocab_begin]
   const bool gather = shard_.mode == ShardMode::kTensorParallel && comm != nullptr && comm->world_size() > 1;
-  Tensor logits = Tensor::zeros(DType::kF32, {r, c.vocab_size});
   if (!gather) {
     EXL3_CHECK(b.logits.dim(1) == c.vocab_size, "a single head rank must hold the whole vocabulary");
-    be.download(b.logits, logits);
-    EXL3_RETURN_IF_ERROR(be.synchronize());
-    return logits;
+    return b.logits;
   }
   // Every rank's vocabulary width (learned once), then the row-major [r, width] blocks in rank order.
   const int world = comm->world_size();
@@ -421,6 +436,7 @@ absl::StatusOr<Tensor> LlamaModel::run_head(StepBuffers& b, const StepMeta& meta
     be.upload(Tensor::from_vector(std::vector<float>{static_cast<float>(b.logits.dim(1))}, {1}), b.widths);
     const std::vector<int64_t> ones(world, 1);
     EXL3_RETURN_IF_ERROR(comm->all_gather(b.widths, b.all_widths, ones));
+    EXL3_RETURN_IF_ERROR(comm->flush());
     Tensor all = Tensor::zeros(DType::kF32, {world});
     be.download(b.all_widths, all);
     int64_t vocab_total = 0;
@@ -431,20 +447,15 @@ absl::StatusOr<Tensor> LlamaModel::run_head(StepBuffers& b, const StepMeta& meta
   std::vector<int64_t> counts(world);
   for (int i = 0; i < world; ++i) counts[i] = vocab_widths_[i] * r;
   EXL3_RETURN_IF_ERROR(comm->all_gather(b.logits.reshape({b.logits.numel()}), b.gathered, counts));
-  Tensor gathered = Tensor::zeros(DType::kF32, {r * c.vocab_size});
-  be.download(b.gathered, gathered);
-  EXL3_RETURN_IF_ERROR(be.synchronize());
+  // Rank i's block is row-major [r, width_i]: it becomes columns [column_i, column_i + width_i).
   int64_t block = 0, column = 0;
   for (int i = 0; i < world; ++i) {
     const int64_t width = vocab_widths_[i];
-    for (int64_t row = 0; row < r; ++row) {
-      std::copy_n(gathered.data<float>() + block + row * width, width,
-                  logits.mutable_data<float>() + row * c.vocab_size + column);
-    }
+    be.copy_columns(b.gathered.rows(block, counts[i]).reshape({r, width}), b.packed, column);
     block += counts[i];
     column += width;
   }
-  return logits;
+  return b.packed;
 }
 
 Tensor LlamaModel::forward(std::span<const int32_t> ids, int32_t start_pos, KvCache& cache, const PageTable& pages,

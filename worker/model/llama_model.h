@@ -96,6 +96,12 @@ class LlamaModel {
   // Token ids must lie in [0, vocab) (the caller validates them). A batch beyond the reserved
   // limits is RESOURCE_EXHAUSTED; collective failures abort the step with the communicator's status.
   absl::StatusOr<Tensor> forward_batch(std::span<const BatchEntry> batch, KvCache& cache, Communicator* comm) const;
+  // forward_batch without the download: the same rows as F32 [rows, vocab] on the backend's
+  // device, a view of the workspace valid until the next forward (tensor parallel: the gathered
+  // slices re-packed on the device). Queued work is not waited for. Ranks of a layer split without
+  // the head return an empty host [0, vocab].
+  absl::StatusOr<Tensor> forward_batch_device(std::span<const BatchEntry> batch, KvCache& cache,
+                                              Communicator* comm) const;
 
   // Single-sequence convenience over forward_batch for a whole-model (single-rank) shard; grows the
   // reserved limits when the call needs more (tools and tests only).

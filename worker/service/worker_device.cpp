@@ -80,6 +80,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_rank_nccl_communicator(const 
   o.prefix = options.prefix;
   o.timeout = options.timeout;
   o.init_timeout = options.init_timeout;
+  // Collectives return once queued; the model flushes them once per step (Communicator::flush),
+  // so a step has no host sync until its end.
+  o.wait_each_op = false;
   return make_nccl_communicator(o, store);
 }
 
