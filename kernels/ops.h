@@ -46,9 +46,8 @@ Tensor exl3_linear_ref(const Exl3Weight& w, const Tensor& x);
 
 // ---- Dense math (F32) --------------------------------------------------------------------------
 
-// y[m, n] = x[m, k] · w[k, n]. The reference is a triple loop; matmul() uses BLAS.
+// y[m, n] = x[m, k] · w[k, n], a triple loop.
 Tensor matmul_ref(const Tensor& x, const Tensor& w);
-Tensor matmul(const Tensor& x, const Tensor& w);
 
 // y = x · rsqrt(mean(x²) + eps) · weight over the last dimension (size = weight.numel()).
 Tensor rms_norm_ref(const Tensor& x, const Tensor& weight, float eps);

@@ -1,8 +1,6 @@
 // The CPU backend: host memory with an optional cap, fp32 activations and KV cache, EXL3 weights
 // dequantized to fp32 at load and multiplied through BLAS. Every op checks its contract and calls
 // the loops in kernels/cpu/.
-#include <cblas.h>
-
 #include <atomic>
 #include <cstring>
 
@@ -169,10 +167,8 @@ class CpuBackend final : public Backend {
     if (w.in_features == 0) {
       std::memset(out, 0, y.nbytes());
     } else {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(w.out_features),
-                  static_cast<int>(w.in_features), 1.0f, static_cast<const float*>(x.raw()),
-                  static_cast<int>(w.in_features), static_cast<const float*>(w.dense.raw()),
-                  static_cast<int>(w.out_features), 0.0f, out, static_cast<int>(w.out_features));
+      matmul_cpu(static_cast<const float*>(x.raw()), static_cast<const float*>(w.dense.raw()), out, m, w.in_features,
+                 w.out_features);
     }
     if (w.bias.defined()) {
       const float* b = static_cast<const float*>(w.bias.raw());

@@ -11,6 +11,8 @@
 
 namespace exl3 {
 
+// y[m, n] = x[m, k] · w[k, n] (BLAS sgemm); k > 0.
+void matmul_cpu(const float* x, const float* w, float* y, int64_t m, int64_t k, int64_t n);
 // out[r, :] = x[r, :] · rsqrt(mean(x[r, :]²) + eps) · weight; out may alias x.
 void rms_norm_cpu(const float* x, const float* weight, float* out, int64_t rows, int64_t dim, float eps);
 // x[i] += y[i].

@@ -126,7 +126,9 @@ inline void run_sharded_logits_case(const ClusterCase& c, const ClusterBackend& 
                 static_cast<unsigned long long>(whole));
     EXPECT_EQ(got, (*plans)[r].weight_bytes) << "rank " << r;
     EXPECT_LT(got, whole) << "rank " << r << " holds the whole model";
-    if (c.caps_gib[r] > 0.1) EXPECT_GT(got, 0u) << "rank " << r << " holds nothing";
+    if (c.caps_gib[r] > 0.1) {
+      EXPECT_GT(got, 0u) << "rank " << r << " holds nothing";
+    }
   }
 
   // All four fixture sequences in one step, logits of every position.
@@ -179,7 +181,9 @@ inline void run_sharded_logits_case(const ClusterCase& c, const ClusterBackend& 
   while ((*workers)->pending_count() > 0 && ProcessClock::now() < deadline) {
     auto exit = (*workers)->wait_any(deadline);
     ASSERT_TRUE(exit.ok()) << exit.status();
-    if (exit->has_value()) EXPECT_TRUE((*exit)->success()) << (*exit)->describe();
+    if (exit->has_value()) {
+      EXPECT_TRUE((*exit)->success()) << (*exit)->describe();
+    }
   }
   EXPECT_EQ((*workers)->pending_count(), 0) << "workers still running 10 s after shutdown";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
