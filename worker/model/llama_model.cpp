@@ -181,7 +181,7 @@ KvCacheShape LlamaModel::cache_shape(int64_t num_pages, int64_t page_size) const
   return shape;
 }
 
-absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::take_buffers(const StepDims& d) const {
+absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::take_buffers(const StepDims& d, Workspace& w) const {
   const ModelConfig& c = config_;
   const DType a = backend_->activation_dtype();
   int64_t heads = 0, kv = 0, mlp = 0;
@@ -193,7 +193,6 @@ absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::take_buffers(const StepDims&
   const int64_t n = d.tokens, r = d.logit_rows, hd = c.head_dim;
   const int64_t local_vocab = shard_.has_head ? shard_.vocab_end - shard_.vocab_begin : 0;
   const bool gather = shard_.mode == ShardMode::kTensorParallel && shard_.world_size > 1 && shard_.has_head;
-  Workspace& w = workspace_;
   StepBuffers b;
   EXL3_ASSIGN_OR_RETURN(b.meta.tokens, w.take(DType::kI32, {n}, "token ids"));
   EXL3_ASSIGN_OR_RETURN(b.meta.positions, w.take(DType::kI32, {n}, "positions"));
@@ -225,28 +224,11 @@ absl::StatusOr<LlamaModel::StepBuffers> LlamaModel::take_buffers(const StepDims&
 }
 
 uint64_t LlamaModel::workspace_bytes_for(const StepLimits& limits) const {
-  // Replays take_buffers' sizes on a counting arena: one source of truth for the layout.
-  const DType a = backend_->activation_dtype();
-  const ModelConfig& c = config_;
-  int64_t kv = 0, mlp = 0;
-  for (const LayerSlice& sl : shard_.layers) {
-    kv = std::max(kv, sl.kv_head_end - sl.kv_head_begin);
-    mlp = std::max(mlp, sl.mlp_end - sl.mlp_begin);
-  }
-  const int64_t heads = kv * (c.num_heads / c.num_kv_heads), hd = c.head_dim;
-  const int64_t n = limits.max_step_tokens, r = limits.max_logit_rows;
-  const int64_t local_vocab = shard_.has_head ? shard_.vocab_end - shard_.vocab_begin : 0;
-  const bool gather = shard_.mode == ShardMode::kTensorParallel && shard_.world_size > 1 && shard_.has_head;
-  const uint64_t as = dtype_size(a);
-  const uint64_t sizes[] = {
-      4ull * n, 4ull * n, 4ull * n, 4ull * limits.max_seqs * limits.max_pages_per_seq, 4ull * r,
-      4ull * n * c.hidden_size, as * n * c.hidden_size, as * n * heads * hd, as * n * kv * hd, as * n * kv * hd,
-      as * n * heads * hd, 4ull * n * c.hidden_size, as * n * mlp, as * n * mlp, as * n * mlp,
-      4ull * r * c.hidden_size, as * r * c.hidden_size, 4ull * r * local_vocab, 4ull * (gather ? r * c.vocab_size : 0),
-      4ull * (gather ? r * c.vocab_size : 0), 4ull, 4ull * shard_.world_size};
-  uint64_t total = 0;
-  for (uint64_t s : sizes) total += Workspace::aligned(s);
-  return total;
+  // The same takes as a step at the limits, on a workspace that only counts: one layout.
+  Workspace counter = Workspace::counter();
+  const StepDims dims{limits.max_step_tokens, limits.max_seqs, limits.max_pages_per_seq, limits.max_logit_rows};
+  EXL3_CHECK_OK(take_buffers(dims, counter).status());
+  return counter.used();
 }
 
 absl::Status LlamaModel::reserve_limits(const StepLimits& limits) const {
@@ -387,7 +369,7 @@ absl::StatusOr<Tensor> LlamaModel::forward_batch_device(std::span<const BatchEnt
   }
 
   workspace_.reset();
-  EXL3_ASSIGN_OR_RETURN(StepBuffers b, take_buffers(StepDims{n, seqs, max_pages, r}));
+  EXL3_ASSIGN_OR_RETURN(StepBuffers b, take_buffers(StepDims{n, seqs, max_pages, r}, workspace_));
   b.meta.max_position = max_position;
   be.upload(Tensor::from_vector(tokens, {n}), b.meta.tokens);
   be.upload(Tensor::from_vector(positions, {n}), b.meta.positions);

@@ -113,7 +113,7 @@ class LlamaModel {
   struct StepDims;
   struct StepBuffers;
   absl::Status load_weights(const SafetensorsCollection& tensors, const LoadProgress& progress);
-  absl::StatusOr<StepBuffers> take_buffers(const StepDims& d) const;
+  absl::StatusOr<StepBuffers> take_buffers(const StepDims& d, Workspace& w) const;
   // The workspace is the model's per-step state: (re)sized here, outside any step.
   absl::Status reserve_limits(const StepLimits& limits) const;
   absl::Status run_layer(const DecoderLayer& layer, int64_t index, StepBuffers& b, const StepMeta& meta,

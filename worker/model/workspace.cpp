@@ -13,8 +13,18 @@ absl::StatusOr<Workspace> Workspace::create(Backend& backend, uint64_t bytes) {
   return w;
 }
 
+Workspace Workspace::counter() {
+  Workspace w;
+  w.counting_ = true;
+  return w;
+}
+
 absl::StatusOr<Tensor> Workspace::take(DType dtype, const Shape& shape, const char* what) {
   const uint64_t bytes = aligned(static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype));
+  if (counting_) {
+    used_ += bytes;
+    return Tensor();
+  }
   if (used_ + bytes > capacity_) {
     return absl::ResourceExhaustedError(absl::StrCat("forward workspace: ", what, " ", shape_string(shape), " needs ",
                                                      bytes, " bytes, ", capacity_ - used_, " of ", capacity_,

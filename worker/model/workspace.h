@@ -17,6 +17,9 @@ class Workspace {
  public:
   Workspace() = default;
   static absl::StatusOr<Workspace> create(Backend& backend, uint64_t bytes);
+  // A workspace that holds no memory and only adds up what is taken (take() returns undefined
+  // tensors): sizes a real one from the same sequence of takes.
+  static Workspace counter();
 
   void reset() { used_ = 0; }
   // A view of `shape` (contents undefined). RESOURCE_EXHAUSTED names `what` and the shortfall.
@@ -30,6 +33,7 @@ class Workspace {
  private:
   static constexpr uint64_t kAlign = 256;
   Tensor arena_;
+  bool counting_ = false;
   uint64_t capacity_ = 0;
   uint64_t used_ = 0;
 };
