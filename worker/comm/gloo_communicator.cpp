@@ -32,6 +32,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
+#include "worker/comm/collective_args.h"
 
 namespace exl3 {
 
@@ -64,22 +65,6 @@ absl::Status check_all_gather_args(int rank, int world_size, std::span<const flo
   if (static_cast<int64_t>(recv.size()) != total) {
     return absl::InvalidArgumentError(absl::StrCat(
         "all_gather: recv holds ", recv.size(), " elements, counts add up to ", total));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status check_peer(const char* what, int rank, int world_size, int peer) {
-  if (peer < 0 || peer >= world_size || peer == rank) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": rank ", rank, " of ", world_size,
-                                                   " cannot exchange with rank ", peer));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status check_root(int root, int world_size) {
-  if (root < 0 || root >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("broadcast: root ", root, " is outside a world of ", world_size));
   }
   return absl::OkStatus();
 }

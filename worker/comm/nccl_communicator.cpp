@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
+#include "worker/comm/collective_args.h"
 
 namespace exl3 {
 
@@ -105,22 +106,6 @@ absl::StatusCode code_of(ncclResult_t result) {
   return result == ncclInvalidArgument || result == ncclInvalidUsage
              ? absl::StatusCode::kInternal
              : absl::StatusCode::kUnavailable;
-}
-
-absl::Status check_peer(const char* op, int rank, int world_size, int peer) {
-  if (peer < 0 || peer >= world_size || peer == rank) {
-    return absl::InvalidArgumentError(absl::StrCat(op, ": rank ", rank, " of ", world_size,
-                                                   " cannot exchange with rank ", peer));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status check_root(int root, int world_size) {
-  if (root < 0 || root >= world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("broadcast: root ", root, " is outside a world of ", world_size));
-  }
-  return absl::OkStatus();
 }
 
 // NCCL reads NCCL_NVLS_ENABLE once per process, at the first communicator, so the default is put
