@@ -6,7 +6,10 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_join.h"
+#include "bench/kernel_bench.h"
 #include "bench/make_model.h"
+#include "bench/model_bench.h"
+#include "bench/serve_bench.h"
 
 namespace exl3 {
 namespace {
@@ -64,6 +67,13 @@ int run_exl3_bench(int argc, const char* const* argv) {
   app.require_subcommand(1);
   MakeModelOptions make_model_options;
   add_make_model(app, make_model_options);
+  KernelBenchOptions kernel_bench_options;
+  add_kernels_subcommand(app, kernel_bench_options);
+  ServeBenchOptions serve_bench_options;
+  add_serve_subcommand(app, serve_bench_options);
+  ModelBenchOptions model_bench_options;
+  model_bench_options.argv.assign(argv, argv + argc);
+  add_model_bench_command(app, model_bench_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

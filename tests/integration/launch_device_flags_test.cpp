@@ -141,7 +141,9 @@ TEST(LaunchDeviceFlags, CudaWorkerWithoutAGpuFailsByRank) {
   EXPECT_TRUE(has(r, "rank 1")) << r.output;
   EXPECT_TRUE(has(r, "no usable CUDA device") || has(r, "no CUDA backend")) << r.output;
   // A CUDA build prints its effective environment first; a build without CUDA refuses at once.
-  if (has(r, "no usable CUDA device")) EXPECT_TRUE(has(r, "NCCL_NVLS_ENABLE=0")) << r.output;
+  if (has(r, "no usable CUDA device")) {
+    EXPECT_TRUE(has(r, "NCCL_NVLS_ENABLE=0")) << r.output;
+  }
 }
 
 }  // namespace

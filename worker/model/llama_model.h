@@ -80,6 +80,9 @@ class LlamaModel {
   uint64_t workspace_bytes() const { return workspace_.capacity(); }
   // Mean K over the EXL3 decoder linears held (0 for unquantized models).
   double decoder_bits_per_weight() const { return decoder_bpw_; }
+  // Held layer i (0 = first_layer) and the head (when the shard has it), e.g. for benchmarks.
+  const DecoderLayer& layer(int64_t i) const { return layers_.at(static_cast<size_t>(i)); }
+  const Linear& head() const { return lm_head_; }
 
   KvCacheShape cache_shape(int64_t num_pages, int64_t page_size) const;
 

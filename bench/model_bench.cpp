@@ -1,0 +1,404 @@
+// exl3-bench model (see model_bench.h): copy bandwidth, model load, prefill and decode timing
+// through the Engine, roofline figures, reports.
+#include "bench/model_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "CLI/CLI.hpp"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "bench/bench_report.h"
+#include "kernels/check.h"
+#include "worker/engine.h"
+#include "worker/loader/safetensors.h"
+#include "worker/model/config.h"
+#include "worker/model/llama_model.h"
+#include "worker/model/model_shard.h"
+
+#ifdef EXL3_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/cuda_backend.h"
+#endif
+
+namespace exl3 {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void logf(const ModelBenchOptions& o, const std::string& line) {
+  if (o.log == nullptr) return;
+  std::fprintf(o.log, "exl3-bench model: %s\n", line.c_str());
+  std::fflush(o.log);
+}
+
+// Host memcpy of 256 MiB, best of a few runs; bytes read + written per second (1e9).
+double cpu_copy_bandwidth_gbs() {
+  const size_t bytes = size_t{256} << 20;
+  std::unique_ptr<char[]> src(new char[bytes]), dst(new char[bytes]);
+  std::memset(src.get(), 1, bytes);
+  std::memset(dst.get(), 0, bytes);
+  double best = 0.0;
+  for (int rep = 0; rep < 4; ++rep) {
+    const Clock::time_point t0 = Clock::now();
+    std::memcpy(dst.get(), src.get(), bytes);
+    const double s = seconds_since(t0);
+    if (rep > 0 && s > 0.0) best = std::max(best, 2.0 * bytes / s / 1e9);
+  }
+  return best;
+}
+
+#ifdef EXL3_HAVE_CUDA
+absl::Status cuda_status(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// Device-to-device cudaMemcpyAsync of 1 GiB timed with events, best of a few runs; bytes read +
+// written per second (1e9), as docs/hardware.md counts copy bandwidth.
+absl::StatusOr<double> cuda_copy_bandwidth_gbs(int device) {
+  const size_t bytes = size_t{1} << 30;
+  EXL3_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
+  void* src = nullptr;
+  void* dst = nullptr;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  auto release = [&]() {
+    if (start != nullptr) cudaEventDestroy(start);
+    if (stop != nullptr) cudaEventDestroy(stop);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+    if (src != nullptr) cudaFree(src);
+    if (dst != nullptr) cudaFree(dst);
+  };
+  absl::Status st = cuda_status(cudaMalloc(&src, bytes), "cudaMalloc (copy bandwidth source, 1 GiB)");
+  if (st.ok()) st = cuda_status(cudaMalloc(&dst, bytes), "cudaMalloc (copy bandwidth destination, 1 GiB)");
+  if (st.ok()) st = cuda_status(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  if (st.ok()) st = cuda_status(cudaEventCreate(&start), "cudaEventCreate");
+  if (st.ok()) st = cuda_status(cudaEventCreate(&stop), "cudaEventCreate");
+  if (st.ok()) st = cuda_status(cudaMemsetAsync(src, 1, bytes, stream), "cudaMemsetAsync");
+  double best = 0.0;
+  for (int rep = 0; st.ok() && rep < 6; ++rep) {
+    st = cuda_status(cudaEventRecord(start, stream), "cudaEventRecord");
+    if (st.ok()) st = cuda_status(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync");
+    if (st.ok()) st = cuda_status(cudaEventRecord(stop, stream), "cudaEventRecord");
+    if (st.ok()) st = cuda_status(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    if (st.ok()) st = cuda_status(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (st.ok() && rep > 0 && ms > 0.0f) best = std::max(best, 2.0 * bytes / (ms * 1e-3) / 1e9);
+  }
+  release();
+  if (!st.ok()) return st;
+  return best;
+}
+#endif
+
+absl::StatusOr<std::shared_ptr<Backend>> make_backend(const ModelBenchOptions& o) {
+  if (o.backend == "cpu") return std::shared_ptr<Backend>(make_cpu_backend());
+#ifdef EXL3_HAVE_CUDA
+  CudaBackendOptions cuda;
+  cuda.device = o.device;
+  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, make_cuda_backend(cuda));
+  return std::shared_ptr<Backend>(std::move(be));
+#else
+  return absl::UnimplementedError("--backend cuda: this exl3-bench was built without CUDA (configure with EXL3_CUDA=ON)");
+#endif
+}
+
+// Sum of k·n over the EXL3 linears (every `*.trellis`, shape (k/16, n/16, 16K)).
+absl::StatusOr<uint64_t> count_exl3_weights(const std::string& model_dir) {
+  EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(model_dir));
+  uint64_t total = 0;
+  const std::string suffix = ".trellis";
+  for (const std::string& name : tensors.names()) {
+    if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
+    const TensorInfo* info = tensors.find(name);
+    if (info == nullptr || info->shape.size() != 3) continue;
+    total += static_cast<uint64_t>(info->shape[0]) * 16 * static_cast<uint64_t>(info->shape[1]) * 16;
+  }
+  return total;
+}
+
+// Bytes attention reads per step for sequences whose new tokens sit at `positions`: keys and
+// values of positions 0..p in every layer.
+uint64_t kv_bytes_read(const ModelConfig& c, const std::vector<int64_t>& positions, uint64_t element_bytes) {
+  uint64_t attended = 0;
+  for (int64_t p : positions) attended += static_cast<uint64_t>(p + 1);
+  return static_cast<uint64_t>(c.num_layers) * 2 * static_cast<uint64_t>(c.num_kv_heads) *
+         static_cast<uint64_t>(c.head_dim) * attended * element_bytes;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Deterministic prompt tokens in [2, vocab) (away from the usual BOS/EOS ids).
+std::vector<int32_t> prompt_tokens(int64_t n, int64_t vocab, uint64_t salt) {
+  std::vector<int32_t> t(static_cast<size_t>(n));
+  const uint64_t range = static_cast<uint64_t>(std::max<int64_t>(vocab - 2, 1));
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t h = (static_cast<uint64_t>(i) + 1) * 0x9E3779B97F4A7C15ull ^ (salt * 0xBF58476D1CE4E5B9ull);
+    t[static_cast<size_t>(i)] = static_cast<int32_t>(2 + (h >> 17) % range);
+  }
+  return t;
+}
+
+std::vector<int32_t> page_range(int64_t first, int64_t count) {
+  std::vector<int32_t> p(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) p[static_cast<size_t>(i)] = static_cast<int32_t>(first + i);
+  return p;
+}
+
+StepSequence greedy_sequence(uint64_t id, std::vector<int32_t> tokens, int32_t start_pos, std::vector<int32_t> pages,
+                             int32_t prompt_len) {
+  StepSequence s;
+  s.seq_id = id;
+  s.tokens = std::move(tokens);
+  s.start_pos = start_pos;
+  s.page_table = std::move(pages);
+  s.sample = true;
+  s.sampling.temperature = 0.0f;
+  s.prompt_len = prompt_len;
+  return s;
+}
+
+// One synchronised step; returns its wall time in seconds.
+absl::StatusOr<double> timed_step(Engine& engine, const StepInput& input, StepOutput* out) {
+  Backend& be = engine.model().backend();
+  EXL3_RETURN_IF_ERROR(be.synchronize());
+  const Clock::time_point t0 = Clock::now();
+  EXL3_ASSIGN_OR_RETURN(StepOutput o, engine.run_step(input));
+  EXL3_RETURN_IF_ERROR(be.synchronize());
+  const double s = seconds_since(t0);
+  if (out != nullptr) *out = std::move(o);
+  return s;
+}
+
+absl::StatusOr<PrefillRow> bench_prefill(Engine& engine, const ModelBenchOptions& o, int64_t length,
+                                         uint64_t& next_id) {
+  const ModelConfig& c = engine.model().config();
+  const std::vector<int32_t> pages = page_range(0, ceil_div(length, o.page_size));
+  double total = 0.0;
+  for (int run = 0; run < o.warmup + o.prefill_repeats; ++run) {
+    const uint64_t id = next_id++;
+    StepInput in;
+    in.sequences.push_back(greedy_sequence(id, prompt_tokens(length, c.vocab_size, id), 0, pages,
+                                           static_cast<int32_t>(length)));
+    EXL3_ASSIGN_OR_RETURN(double s, timed_step(engine, in, nullptr));
+    engine.release({id});
+    if (run >= o.warmup) total += s;
+  }
+  PrefillRow row;
+  row.tokens = length;
+  row.seconds = total / o.prefill_repeats;
+  row.tokens_per_s = row.seconds > 0.0 ? length / row.seconds : 0.0;
+  return row;
+}
+
+absl::StatusOr<DecodeRow> bench_decode(Engine& engine, const ModelBenchOptions& o, int64_t batch,
+                                       const ModelBenchModelInfo& info, double copy_gbs, uint64_t& next_id) {
+  const ModelConfig& c = engine.model().config();
+  const uint64_t kv_element = dtype_size(engine.model().backend().kv_dtype());
+  const int64_t positions = o.decode_prompt + o.warmup + o.decode_steps;
+  const int64_t pages_per_seq = ceil_div(positions, o.page_size);
+  std::vector<StepSequence> seqs;
+  for (int64_t b = 0; b < batch; ++b) {
+    const uint64_t id = next_id++;
+    seqs.push_back(greedy_sequence(id, prompt_tokens(o.decode_prompt, c.vocab_size, id), 0,
+                                   page_range(b * pages_per_seq, pages_per_seq), static_cast<int32_t>(o.decode_prompt)));
+  }
+  std::vector<uint64_t> ids;
+  for (const StepSequence& s : seqs) ids.push_back(s.seq_id);
+
+  // The prompts in one step, then single-token greedy steps fed with the sampled tokens.
+  StepInput in;
+  in.sequences = seqs;
+  StepOutput out;
+  absl::Status status = timed_step(engine, in, &out).status();
+  double total = 0.0;
+  uint64_t kv_total = 0;
+  double context_total = 0.0;
+  for (int step = 0; status.ok() && step < o.warmup + o.decode_steps; ++step) {
+    std::vector<int64_t> step_positions;
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      StepSequence& s = seqs[i];
+      s.start_pos += static_cast<int32_t>(s.tokens.size());
+      s.tokens = {out.tokens.at(i).second.at(0)};
+      step_positions.push_back(s.start_pos);
+    }
+    in.sequences = seqs;
+    absl::StatusOr<double> t = timed_step(engine, in, &out);
+    if (!t.ok()) {
+      status = t.status();
+      break;
+    }
+    if (step < o.warmup) continue;
+    total += *t;
+    kv_total += kv_bytes_read(c, step_positions, kv_element);
+    for (int64_t p : step_positions) context_total += static_cast<double>(p + 1);
+  }
+  engine.release(ids);
+  EXL3_RETURN_IF_ERROR(status);
+
+  DecodeRow row;
+  row.batch = batch;
+  row.steps = o.decode_steps;
+  row.mean_context = context_total / (static_cast<double>(o.decode_steps) * batch);
+  const double step_s = total / o.decode_steps;
+  row.step_ms = step_s * 1e3;
+  row.tokens_per_s = step_s > 0.0 ? batch / step_s : 0.0;
+  row.weight_bytes = info.weight_bytes;
+  row.kv_bytes = kv_total / static_cast<uint64_t>(o.decode_steps);
+  row.gbs = step_s > 0.0 ? static_cast<double>(row.weight_bytes + row.kv_bytes) / step_s / 1e9 : 0.0;
+  row.copy_fraction = copy_gbs > 0.0 ? row.gbs / copy_gbs : 0.0;
+  if (batch == 1 && row.step_ms > 0.0) row.exl3_weights_per_ms = static_cast<double>(info.exl3_weights) / row.step_ms;
+  return row;
+}
+
+}  // namespace
+
+absl::Status validate_model_bench_options(const ModelBenchOptions& o) {
+  if (o.backend != "cpu" && o.backend != "cuda") {
+    return absl::InvalidArgumentError(absl::StrCat("--backend: unknown backend '", o.backend, "' (cpu or cuda)"));
+  }
+  if (o.device < 0) return absl::InvalidArgumentError(absl::StrCat("--device: ", o.device, " is negative"));
+  std::error_code ec;
+  if (o.model_dir.empty() || !fs::is_directory(o.model_dir, ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("--model: '", o.model_dir, "' is not a directory"));
+  }
+  if (!fs::exists(fs::path(o.model_dir) / "config.json", ec)) {
+    return absl::InvalidArgumentError(absl::StrCat("--model: ", o.model_dir, " has no config.json"));
+  }
+  if (o.prefill.empty() && o.batch.empty()) {
+    return absl::InvalidArgumentError("--prefill and --batch are both empty: nothing to measure");
+  }
+  for (int64_t p : o.prefill) {
+    if (p < 1) return absl::InvalidArgumentError(absl::StrCat("--prefill: length ", p, " must be >= 1"));
+  }
+  for (int64_t b : o.batch) {
+    if (b < 1) return absl::InvalidArgumentError(absl::StrCat("--batch: batch size ", b, " must be >= 1"));
+  }
+  if (o.decode_steps < 1) return absl::InvalidArgumentError("--decode-steps must be >= 1");
+  if (o.warmup < 0) return absl::InvalidArgumentError("--warmup must be >= 0");
+  if (o.prefill_repeats < 1) return absl::InvalidArgumentError("--prefill-repeats must be >= 1");
+  if (o.decode_prompt < 1) return absl::InvalidArgumentError("--decode-prompt must be >= 1");
+  if (o.page_size < 1) return absl::InvalidArgumentError("--page-size must be >= 1");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
+  EXL3_RETURN_IF_ERROR(validate_model_bench_options(o));
+  ModelBenchResult result;
+  result.environment = capture_environment(o.backend, o.device, o.argv);
+
+  // Copy bandwidth first, while the device memory is still free.
+  if (o.backend == "cuda") {
+#ifdef EXL3_HAVE_CUDA
+    EXL3_ASSIGN_OR_RETURN(result.copy_bandwidth_gbs, cuda_copy_bandwidth_gbs(o.device));
+#endif
+  } else {
+    result.copy_bandwidth_gbs = cpu_copy_bandwidth_gbs();
+  }
+  logf(o, absl::StrFormat("copy bandwidth %.1f GB/s (read + written)", result.copy_bandwidth_gbs));
+
+  EXL3_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, make_backend(o));
+  result.backend_description = backend->description();
+  EXL3_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(o.model_dir));
+  logf(o, absl::StrCat("loading ", o.model_dir, " on ", result.backend_description));
+  const Clock::time_point load_t0 = Clock::now();
+  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
+                        LlamaModel::load_shard(o.model_dir, ModelShard::full(config), backend));
+  ModelBenchModelInfo& info = result.model;
+  info.name = fs::path(o.model_dir).lexically_normal().filename().string();
+  if (info.name.empty()) info.name = fs::path(o.model_dir).lexically_normal().parent_path().filename().string();
+  info.architecture = config.architecture_name;
+  info.hidden_size = config.hidden_size;
+  info.intermediate_size = config.intermediate_size;
+  info.num_layers = config.num_layers;
+  info.num_heads = config.num_heads;
+  info.num_kv_heads = config.num_kv_heads;
+  info.head_dim = config.head_dim;
+  info.vocab_size = config.vocab_size;
+  info.decoder_bpw = model->decoder_bits_per_weight();
+  info.stored_bytes = model->stored_bytes();
+  info.weight_bytes = model->allocated_bytes();
+  EXL3_ASSIGN_OR_RETURN(info.exl3_weights, count_exl3_weights(o.model_dir));
+  logf(o, absl::StrFormat("loaded in %.1f s: %.3f GB held by the backend, %.3f bpw", seconds_since(load_t0),
+                          info.weight_bytes / 1e9, info.decoder_bpw));
+
+  // One engine for every measurement, sized for the largest of them.
+  const int64_t max_prefill = o.prefill.empty() ? 1 : *std::max_element(o.prefill.begin(), o.prefill.end());
+  const int64_t max_batch = o.batch.empty() ? 1 : *std::max_element(o.batch.begin(), o.batch.end());
+  const int64_t decode_pages = max_batch * ceil_div(o.decode_prompt + o.warmup + o.decode_steps, o.page_size);
+  EngineOptions eo;
+  eo.page_size = o.page_size;
+  eo.num_pages = std::max(ceil_div(max_prefill, o.page_size), decode_pages);
+  eo.max_step_tokens = std::max(max_prefill, max_batch * o.decode_prompt);
+  eo.max_seqs = max_batch;
+  eo.max_logit_rows = max_batch;
+  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(model), eo, nullptr));
+  logf(o, absl::StrFormat("KV cache %.3f GB (%d pages of %d)", engine->cache_bytes() / 1e9, eo.num_pages, eo.page_size));
+
+  uint64_t next_id = 1;
+  for (int64_t length : o.prefill) {
+    EXL3_ASSIGN_OR_RETURN(PrefillRow row, bench_prefill(*engine, o, length, next_id));
+    logf(o, absl::StrFormat("prefill %6d tokens: %9.2f ms, %10.1f tokens/s", row.tokens, row.seconds * 1e3,
+                            row.tokens_per_s));
+    result.prefill.push_back(row);
+  }
+  for (int64_t batch : o.batch) {
+    EXL3_ASSIGN_OR_RETURN(DecodeRow row, bench_decode(*engine, o, batch, info, result.copy_bandwidth_gbs, next_id));
+    logf(o, absl::StrFormat("decode batch %3d: %8.3f ms/step, %10.1f tokens/s, %7.1f GB/s (%.1f%% of copy)",
+                            row.batch, row.step_ms, row.tokens_per_s, row.gbs, 100.0 * row.copy_fraction));
+    result.decode.push_back(row);
+  }
+
+  if (!o.json_path.empty()) {
+    EXL3_RETURN_IF_ERROR(write_report_file(o.json_path, model_bench_json(result).dump(2) + "\n"));
+    logf(o, absl::StrCat("wrote ", o.json_path));
+  }
+  if (!o.markdown_path.empty()) {
+    EXL3_RETURN_IF_ERROR(write_report_file(o.markdown_path, model_bench_markdown(result)));
+    logf(o, absl::StrCat("wrote ", o.markdown_path));
+  }
+  return result;
+}
+
+void add_model_bench_command(CLI::App& app, ModelBenchOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "model",
+      "Load a whole model on one device and measure prefill tokens/s per prompt length and decode tokens/s per "
+      "batch size (greedy), with a memory roofline per decode row against a copy bandwidth measured in the same "
+      "run.");
+  cmd->add_option("--model", o.model_dir, "EXL3 model directory (config.json + safetensors)")->required();
+  cmd->add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
+  cmd->add_option("--device", o.device, "CUDA device index")->capture_default_str();
+  cmd->add_option("--prefill", o.prefill, "Prompt lengths, comma-separated; each runs as one chunk")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("--batch", o.batch, "Decode batch sizes, comma-separated")->delimiter(',')->capture_default_str();
+  cmd->add_option("--decode-steps", o.decode_steps, "Measured decode steps per batch size")->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "Unmeasured runs before each measurement")->capture_default_str();
+  cmd->add_option("--prefill-repeats", o.prefill_repeats, "Measured prefills per length (mean reported)")
+      ->capture_default_str();
+  cmd->add_option("--decode-prompt", o.decode_prompt, "Prompt tokens of each decode sequence")->capture_default_str();
+  cmd->add_option("--page-size", o.page_size, "KV cache page size")->capture_default_str();
+  cmd->add_option("--json", o.json_path, "Write the results as JSON here");
+  cmd->add_option("--markdown", o.markdown_path, "Write the results as markdown tables here");
+  cmd->callback([&o]() {
+    o.log = stderr;
+    absl::StatusOr<ModelBenchResult> result = run_model_bench(o);
+    if (!result.ok()) {
+      std::fprintf(stderr, "exl3-bench model: error: %s\n", std::string(result.status().message()).c_str());
+      throw CLI::RuntimeError(1);
+    }
+    std::fputs(model_bench_markdown(*result).c_str(), stdout);
+  });
+}
+
+}  // namespace exl3

@@ -1,0 +1,101 @@
+// exl3-bench kernels on the CPU backend with the embedded 4.0 bpw model: the JSON report has every
+// op with positive times and finite rates, and bad flags fail with a clear message.
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "bench/exl3_bench_cli.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace exl3 {
+namespace {
+
+const std::string kModel = std::string(EXL3_SOURCE_DIR) + "/models/exl3-4.0bpw";
+
+// Runs exl3-bench in-process; returns the exit code and leaves stderr in `err`.
+int run_bench(std::vector<std::string> args, std::string* err = nullptr) {
+  args.insert(args.begin(), "exl3-bench");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  testing::internal::CaptureStderr();
+  const int rc = run_exl3_bench(static_cast<int>(argv.size()), argv.data());
+  const std::string captured = testing::internal::GetCapturedStderr();
+  if (err != nullptr) *err = captured;
+  return rc;
+}
+
+TEST(KernelBench, CpuReportHasEveryOpWithPositiveTimes) {
+  const std::string json_path = std::string(EXL3_TEST_WORK_DIR) + "/kernel_bench_test.json";
+  const std::string md_path = std::string(EXL3_TEST_WORK_DIR) + "/kernel_bench_test.md";
+  std::string err;
+  ASSERT_EQ(run_bench({"kernels", "--model", kModel, "--backend", "cpu", "--rows", "1,3", "--iters", "2", "--json",
+                       json_path, "--markdown", md_path},
+                      &err),
+            0)
+      << err;
+  std::ifstream in(json_path);
+  ASSERT_TRUE(in) << json_path;
+  const nlohmann::json j = nlohmann::json::parse(in);
+  EXPECT_EQ(j.at("mode"), "kernels");
+  EXPECT_EQ(j.at("backend").at("name"), "cpu");
+  EXPECT_TRUE(j.at("environment").contains("hostname"));
+  EXPECT_EQ(j.at("rows"), nlohmann::json({1, 3}));
+  const double copy_peak = j.at("peaks").at("copy_gb_per_s").get<double>();
+  EXPECT_GT(copy_peak, 0.0);
+  EXPECT_TRUE(std::isfinite(copy_peak));
+  EXPECT_TRUE(j.at("peaks").at("gemm_flop_per_s").is_null());  // CPU: no GEMM peak
+
+  std::vector<std::string> seen;
+  for (const nlohmann::json& op : j.at("ops")) {
+    SCOPED_TRACE(op.dump());
+    for (const char* field : {"op", "linears", "rows", "us", "bytes", "gb_per_s", "flop_per_s", "copy_peak_fraction",
+                              "gemm_peak_fraction", "weights_per_ms"}) {
+      EXPECT_TRUE(op.contains(field)) << field;
+    }
+    EXPECT_GT(op.at("us").get<double>(), 0.0);
+    EXPECT_GT(op.at("bytes").get<double>(), 0.0);
+    const double gbs = op.at("gb_per_s").get<double>();
+    EXPECT_TRUE(std::isfinite(gbs) && gbs > 0.0) << gbs;
+    EXPECT_TRUE(std::isfinite(op.at("flop_per_s").get<double>()));
+    const std::string name = op.at("op");
+    if (name == "linear") {
+      for (const nlohmann::json& l : op.at("linears")) seen.push_back(l.get<std::string>());
+      if (op.at("exl3").get<bool>()) {
+        EXPECT_GT(op.at("weights_per_ms").get<double>(), 0.0);
+      }
+    } else {
+      seen.push_back(name);
+    }
+  }
+  // Every linear of layer 0, the head and the other ops, once per row count.
+  for (const char* expected : {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head",
+                               "rms_norm", "silu_mul", "rope", "attention"}) {
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), expected), 2) << expected;
+  }
+  std::ifstream md(md_path);
+  const std::string table((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
+  EXPECT_NE(table.find("| op | rows |"), std::string::npos) << table;
+  EXPECT_NE(table.find("attention"), std::string::npos) << table;
+}
+
+TEST(KernelBench, BadFlagsFailWithMessages) {
+  std::string err;
+  EXPECT_NE(run_bench({"kernels", "--model", kModel, "--backend", "tpu"}, &err), 0);
+  EXPECT_NE(err.find("--backend"), std::string::npos) << err;
+  EXPECT_NE(run_bench({"kernels", "--model", kModel, "--rows", "0"}, &err), 0);
+  EXPECT_NE(err.find("--rows"), std::string::npos) << err;
+  EXPECT_NE(run_bench({"kernels", "--backend", "cpu"}, &err), 0);
+  EXPECT_NE(err.find("--model"), std::string::npos) << err;
+  EXPECT_NE(run_bench({"kernels", "--model", kModel, "--iters", "0"}, &err), 0);
+  EXPECT_NE(err.find("--iters"), std::string::npos) << err;
+  EXPECT_NE(run_bench({"kernels", "--model", std::string(EXL3_TEST_WORK_DIR) + "/no-such-model", "--rows", "1"}, &err),
+            0);
+  EXPECT_NE(err.find("exl3-bench kernels: error"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace exl3

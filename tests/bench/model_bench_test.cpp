@@ -1,0 +1,158 @@
+// exl3-bench model on the CPU backend with the embedded 4.0 bpw model and tiny settings: the JSON
+// report parses with every field present, throughputs are positive and finite, roofline figures
+// are sane, the markdown has one row per measurement; bad flags fail with clear messages.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "bench/exl3_bench_cli.h"
+#include "common/test_paths.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace exl3 {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using testing::source_path;
+using testing::work_path;
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Runs the exl3-bench command line in-process; returns the exit code and what went to stderr.
+std::pair<int, std::string> run_cli(std::vector<std::string> args) {
+  args.insert(args.begin(), "exl3-bench");
+  std::vector<const char*> argv;
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  ::testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStdout();
+  const int rc = run_exl3_bench(static_cast<int>(argv.size()), argv.data());
+  ::testing::internal::GetCapturedStdout();
+  return {rc, ::testing::internal::GetCapturedStderr()};
+}
+
+std::string model_dir() { return source_path("models/exl3-4.0bpw"); }
+
+bool positive_finite(const json& v) { return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0.0; }
+
+// Table rows of a markdown section: lines starting with "| <digit>" after `heading`, up to the
+// next heading.
+int table_rows(const std::string& md, const std::string& heading) {
+  const size_t at = md.find(heading);
+  if (at == std::string::npos) return -1;
+  int rows = 0;
+  std::istringstream in(md.substr(at + heading.size()));
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("## ", 0) == 0) break;
+    if (line.size() > 2 && line[0] == '|' && line[2] >= '0' && line[2] <= '9') ++rows;
+  }
+  return rows;
+}
+
+TEST(ModelBench, CpuTinyRunWritesJsonAndMarkdown) {
+  fs::create_directories(work_path("model_bench"));
+  const std::string json_path = work_path("model_bench/tiny.json");
+  const std::string md_path = work_path("model_bench/tiny.md");
+  fs::remove(json_path);
+  fs::remove(md_path);
+  auto [rc, err] = run_cli({"model", "--model", model_dir(), "--backend", "cpu", "--prefill", "16", "--batch", "1,2",
+                            "--decode-steps", "4", "--warmup", "1", "--prefill-repeats", "1", "--decode-prompt", "8",
+                            "--page-size", "16", "--json", json_path, "--markdown", md_path});
+  ASSERT_EQ(rc, 0) << err;
+  EXPECT_NE(err.find("decode batch   2"), std::string::npos) << err;
+
+  std::ifstream in(json_path);
+  ASSERT_TRUE(in) << "no JSON written; stderr:\n" << err;
+  const json j = json::parse(in);
+
+  const json& env = j.at("environment");
+  EXPECT_EQ(env.at("backend"), "cpu");
+  EXPECT_TRUE(env.at("device").at("cpu_model").is_string());
+  EXPECT_FALSE(env.at("commit").get<std::string>().empty());
+  EXPECT_TRUE(env.at("date").get<std::string>().ends_with("Z"));
+  ASSERT_TRUE(env.at("argv").is_array());
+  EXPECT_EQ(env.at("argv").at(0), "exl3-bench");
+  EXPECT_EQ(env.at("argv").at(1), "model");
+
+  const json& m = j.at("model");
+  EXPECT_EQ(m.at("name"), "exl3-4.0bpw");
+  EXPECT_EQ(m.at("shape").at("hidden_size"), 512);
+  EXPECT_EQ(m.at("shape").at("num_layers"), 4);
+  EXPECT_EQ(m.at("shape").at("num_kv_heads"), 4);
+  EXPECT_NEAR(m.at("bpw").get<double>(), 4.0, 1e-9);
+  EXPECT_GT(m.at("stored_bytes").get<uint64_t>(), 0u);
+  EXPECT_GT(m.at("weight_bytes").get<uint64_t>(), 0u);
+  // Decoder: 4 layers of q,k,v,o (512x512, 512x256 twice, 512x512) and gate, up, down
+  // (512x1536 x2, 1536x512); head 512x4096 (EXL3, 6 bits).
+  const uint64_t decoder = 4ull * (512 * 512 * 2 + 512 * 256 * 2 + 512 * 1536 * 3);
+  EXPECT_EQ(m.at("exl3_weights").get<uint64_t>(), decoder + 512ull * 4096);
+
+  EXPECT_TRUE(positive_finite(j.at("copy_bandwidth_gbs"))) << j.at("copy_bandwidth_gbs");
+
+  ASSERT_EQ(j.at("prefill").size(), 1u);
+  EXPECT_EQ(j.at("prefill")[0].at("tokens"), 16);
+  EXPECT_TRUE(positive_finite(j.at("prefill")[0].at("tokens_per_s"))) << j.at("prefill")[0];
+  EXPECT_TRUE(positive_finite(j.at("prefill")[0].at("seconds")));
+
+  ASSERT_EQ(j.at("decode").size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const json& d = j.at("decode")[i];
+    SCOPED_TRACE(d.dump());
+    EXPECT_EQ(d.at("batch"), static_cast<int>(i) + 1);
+    EXPECT_EQ(d.at("steps"), 4);
+    EXPECT_TRUE(positive_finite(d.at("tokens_per_s")));
+    EXPECT_TRUE(positive_finite(d.at("step_ms")));
+    EXPECT_TRUE(positive_finite(d.at("gbs")));
+    const double fraction = d.at("copy_fraction").get<double>();
+    EXPECT_GT(fraction, 0.0);
+    EXPECT_LT(fraction, 1e3);
+    EXPECT_EQ(d.at("weight_bytes"), m.at("weight_bytes"));
+    // Prompt 8, 1 warmup step: the measured steps put new tokens at positions 9..12, attending
+    // 10..13 positions (mean 11.5); F32 KV on the CPU: 4 layers · 2 · 4 heads · 64 · 4 bytes.
+    EXPECT_NEAR(d.at("mean_context").get<double>(), 11.5, 1e-9);
+    EXPECT_EQ(d.at("kv_bytes").get<uint64_t>(), static_cast<uint64_t>((i + 1) * 4 * 2 * 4 * 64 * 4 * 46 / 4));
+  }
+  EXPECT_TRUE(positive_finite(j.at("decode")[0].at("exl3_weights_per_ms")));
+  EXPECT_TRUE(j.at("decode")[1].at("exl3_weights_per_ms").is_null());
+
+  const std::string md = read_text(md_path);
+  EXPECT_EQ(table_rows(md, "## Prefill"), 1) << md;
+  EXPECT_EQ(table_rows(md, "## Decode"), 2) << md;
+}
+
+TEST(ModelBench, UnknownBackendIsRefused) {
+  auto [rc, err] = run_cli({"model", "--model", model_dir(), "--backend", "tpu"});
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--backend"), std::string::npos) << err;
+  EXPECT_NE(err.find("tpu"), std::string::npos) << err;
+}
+
+TEST(ModelBench, ZeroBatchIsRefused) {
+  auto [rc, err] = run_cli({"model", "--model", model_dir(), "--batch", "1,0"});
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--batch"), std::string::npos) << err;
+}
+
+TEST(ModelBench, MissingModelDirIsRefused) {
+  const std::string missing = work_path("model_bench/no_such_model");
+  auto [rc, err] = run_cli({"model", "--model", missing});
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--model"), std::string::npos) << err;
+  EXPECT_NE(err.find("no_such_model"), std::string::npos) << err;
+}
+
+TEST(ModelBench, MissingModelFlagIsRefused) {
+  auto [rc, err] = run_cli({"model", "--backend", "cpu"});
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--model"), std::string::npos) << err;
+}
+
+}  // namespace
+}  // namespace exl3
