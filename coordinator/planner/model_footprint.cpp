@@ -391,7 +391,10 @@ uint64_t cuda_scratch_bytes(int64_t rows, int64_t features) {
   const uint64_t linear = u64(rows) * u64(features) * (2 + 4);  // F16 and F32 [rows, features]
   const int64_t floats =
       cuda_attention_scratch_floats(rows, std::max<int64_t>(1, features / 64), kAttentionMaxHeadDim);
-  return linear + 4 * u64(floats);
+  // The fp16 staging of decoded EXL3 weight rows for long prefills (kDequantChunkBytes in
+  // kernels/cuda/cuda_backend.cpp).
+  constexpr uint64_t kDequantStagingBytes = uint64_t{64} << 20;
+  return linear + 4 * u64(floats) + kDequantStagingBytes;
 }
 
 uint64_t cuda_sampler_bytes(int64_t rows, int64_t vocab, int64_t history_tokens) {

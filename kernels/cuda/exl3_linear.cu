@@ -83,9 +83,7 @@ unsigned warp_grid(int64_t num_blocks) {
   return static_cast<unsigned>(grid);
 }
 
-}  // namespace
-
-void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream) {
+void check_linear_params(const Exl3LinearParams& p) {
   EXL3_CHECK(p.m >= 0, "m must be >= 0, got ", p.m);
   EXL3_CHECK(p.k > 0 && p.k % kBlock == 0, "k must be a positive multiple of 128, got ", p.k);
   EXL3_CHECK(p.n > 0 && p.n % kBlock == 0, "n must be a positive multiple of 128, got ", p.n);
@@ -99,24 +97,22 @@ void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream) {
              "null pointer");
   EXL3_CHECK(reinterpret_cast<uintptr_t>(p.scratch_a) % 16 == 0, "scratch_a must be 16-byte aligned");
   EXL3_CHECK(reinterpret_cast<uintptr_t>(p.scratch_c) % 16 == 0, "scratch_c must be 16-byte aligned");
-  if (p.m == 0) return;
+}
 
+}  // namespace
+
+void launch_exl3_input_transform(const Exl3LinearParams& p, cudaStream_t stream) {
+  check_linear_params(p);
+  if (p.m == 0) return;
   const int64_t in_blocks = p.m * (p.k / kBlock);
   exl3_input_transform_kernel<<<warp_grid(in_blocks), kWarpsPerBlock * kWarpSize, 0, stream>>>(
       p.x, p.suh, p.scratch_a, in_blocks, p.in_features, p.k);
   EXL3_CUDA_CHECK_LAUNCH();
+}
 
-  Exl3GemmParams gemm;
-  gemm.a = p.scratch_a;
-  gemm.trellis = p.trellis;
-  gemm.c = p.scratch_c;
-  gemm.m = p.m;
-  gemm.k = p.k;
-  gemm.n = p.n;
-  gemm.bits = p.bits;
-  gemm.codebook = p.codebook;
-  launch_exl3_gemm(gemm, stream);
-
+void launch_exl3_output_transform(const Exl3LinearParams& p, cudaStream_t stream) {
+  check_linear_params(p);
+  if (p.m == 0) return;
   const int64_t out_blocks = p.m * (p.n / kBlock);
   const unsigned grid = warp_grid(out_blocks);
   if (p.y_f32) {
@@ -127,6 +123,23 @@ void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream) {
         p.scratch_c, p.svh, p.bias, static_cast<__half*>(p.y), out_blocks, p.out_features, p.n);
   }
   EXL3_CUDA_CHECK_LAUNCH();
+}
+
+void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream) {
+  check_linear_params(p);
+  if (p.m == 0) return;
+  launch_exl3_input_transform(p, stream);
+  Exl3GemmParams gemm;
+  gemm.a = p.scratch_a;
+  gemm.trellis = p.trellis;
+  gemm.c = p.scratch_c;
+  gemm.m = p.m;
+  gemm.k = p.k;
+  gemm.n = p.n;
+  gemm.bits = p.bits;
+  gemm.codebook = p.codebook;
+  launch_exl3_gemm(gemm, stream);
+  launch_exl3_output_transform(p, stream);
 }
 
 }  // namespace exl3

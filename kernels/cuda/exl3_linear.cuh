@@ -54,4 +54,11 @@ struct Exl3LinearParams {
 // the output dtype. Asynchronous on `stream`.
 void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream);
 
+// The two halves of launch_exl3_linear around its GEMM, for callers that compute scratch_c =
+// scratch_a · Wq another way (e.g. the CUDA backend's dequantize-then-cuBLAS path for long
+// prefills): x -> scratch_a (x ⊙ suh, Hadamard, fp16) and scratch_c -> y (Hadamard, ⊙ svh, + bias).
+// Same contract as launch_exl3_linear.
+void launch_exl3_input_transform(const Exl3LinearParams& p, cudaStream_t stream);
+void launch_exl3_output_transform(const Exl3LinearParams& p, cudaStream_t stream);
+
 }  // namespace exl3
