@@ -4,7 +4,7 @@
 // fragments (exl3_tile.cuh) and multiplying it with up to 8 16-row blocks of A. The trellis is
 // never expanded in memory. For m <= 16 one pass streams the trellis once (the skinny path);
 // larger m runs one pass per 128 rows. Split-K over blocks (fp32 atomics into a zeroed C) keeps
-// every SM busy when the output alone does not.
+// every SM busy when the output alone does not. m <= 4 takes the CUDA-core GEMV (exl3_gemv.cu).
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_linear.cuh"
 #include "kernels/cuda/exl3_tile.cuh"
 
@@ -231,6 +232,10 @@ void launch_exl3_gemm(const Exl3GemmParams& p, cudaStream_t stream) {
   EXL3_CHECK(reinterpret_cast<uintptr_t>(p.a) % 16 == 0, "a must be 16-byte aligned");
   EXL3_CHECK(reinterpret_cast<uintptr_t>(p.trellis) % 16 == 0, "trellis must be 16-byte aligned");
   if (p.m == 0) return;
+  if (p.m <= kGemvMaxRows) {
+    launch_exl3_gemv(p, multiprocessor_count(), stream);
+    return;
+  }
 
   const bool skinny = p.m <= kSkinnyMBlocks * kTileSize;
   const int64_t rows_per_pass = (skinny ? kSkinnyMBlocks : kWideMBlocks) * kTileSize;

@@ -24,8 +24,9 @@ struct Exl3GemmParams {
 };
 
 // Contract (EXL3_CHECK at entry): m >= 0 (m == 0 launches nothing), k, n > 0 and multiples of
-// 128; bits in 1..8; pointers non-null device pointers, a and trellis 16-byte aligned. Small m
-// (1..16) takes a GEMV path that streams the trellis once; larger m a tensor-core (mma) path.
+// 128; bits in 1..8; pointers non-null device pointers, a and trellis 16-byte aligned. m 1..4 takes
+// a CUDA-core GEMV (exl3_gemv.cu), m 5..16 one tensor-core (mma) pass that streams the trellis once,
+// larger m the mma path reusing each decoded tile for several row blocks.
 // Every (bits, codebook) pair is instantiated from one list. Asynchronous on `stream`.
 void launch_exl3_gemm(const Exl3GemmParams& p, cudaStream_t stream);
 

@@ -358,7 +358,7 @@ TEST_F(Exl3LinearGpuTest, GemmMatchesDecodedWeightForEveryBitsAndCodebook) {
   uint32_t seed = 100;
   for (int bits = 1; bits <= 8; ++bits) {
     for (Codebook cb : kCodebooks) {
-      for (int64_t m : {1, 5, 16, 17, 150}) check_gemm({m, 256, 384}, bits, cb, seed++);
+      for (int64_t m : {1, 2, 3, 4, 5, 16, 17, 150}) check_gemm({m, 256, 384}, bits, cb, seed++);
     }
   }
 }
