@@ -25,10 +25,11 @@
 //   and the communicator stays usable. Mismatches between ranks are contract violations, as for
 //   Gloo. The host span calls return UNIMPLEMENTED: host data goes through Gloo.
 // - Stream order: every operation is enqueued on options.stream, so it sees the work enqueued
-//   there before it. With wait_each_op (the default, what the model code expects today) a call
-//   returns once the operation is complete on the GPU. With wait_each_op = false a call returns
-//   once the operation is enqueued: the seam for collectives captured in CUDA graphs, where the
-//   stream orders the work and asynchronous errors surface at the next call.
+//   there before it. With wait_each_op (the default) a call returns once the operation is complete
+//   on the GPU. With wait_each_op = false (what GPU workers use) a call returns once the operation
+//   is enqueued and flush() waits for everything enqueued, within `timeout`, once per step: the
+//   stream orders the work, asynchronous errors surface at the next call or at flush(), and the
+//   same calls can later be captured in a CUDA graph.
 // - send() is complete only once the receiver has taken the data (all but small messages), so,
 //   as for Gloo, order exchanges (e.g. even ranks send first) or two ranks sending to each other
 //   first wait out the timeout.
@@ -61,8 +62,8 @@ struct NcclOptions {
   std::string prefix = "exl3";    // key prefix in the store (one per run of the group)
   std::chrono::milliseconds timeout{30000};       // deadline of every operation
   std::chrono::milliseconds init_timeout{60000};  // deadline of rendezvous, init and warm-up
-  // True: each call returns once its operation is complete on the GPU. False: once enqueued
-  // (for CUDA graph capture; the stream orders the work).
+  // True: each call returns once its operation is complete on the GPU. False: once enqueued, and
+  // flush() waits (GPU workers: once per step, so a step has no host wait until its end).
   bool wait_each_op = true;
   // Lets an NCCL_NVLS_ENABLE other than 0 in the environment through (off on shared machines).
   bool allow_nvls = false;
