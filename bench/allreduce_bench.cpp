@@ -1,69 +1,503 @@
-// exl3-allreduce-bench: latency and bus bandwidth of the Gloo all-reduce between N ranks, run as
-// N threads of one process on loopback TCP (the CPU workers' collective). busbw follows the
-// nccl-tests convention for all-reduce: bytes * 2 * (N - 1) / N / time.
+// exl3-bench allreduce (see allreduce_bench.h): a size sweep of all-reduce sums between N rank
+// threads of one process, on NCCL (rank r on GPU r, its own stream, device tensors) or Gloo (host
+// F32 on loopback TCP). Each size is checked once for exact sums, then timed per all-reduce.
+#include "bench/allreduce_bench.h"
+
+#include <algorithm>
 #include <chrono>
-#include <cstdio>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "worker/comm/gloo_communicator.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "bench/bench_report.h"
+#include "kernels/check.h"
+#include "kernels/fp16.h"
+#include "kernels/tensor.h"
+#include "worker/comm/communicator.h"
 #include "worker/comm/in_memory_store.h"
 
-int main(int argc, char** argv) {
-  int ranks = 2, iters = 200;
-  std::vector<int64_t> sizes = {512, 4096, 65536, 1 << 20};
-  CLI::App app{"exl3-allreduce-bench: Gloo all-reduce latency and bandwidth between N in-process ranks"};
-  app.add_option("--ranks", ranks, "Number of ranks (threads)")->check(CLI::Range(2, 16))->capture_default_str();
-  app.add_option("--iters", iters, "Timed iterations per size (after 10 warm-up ones)")->check(CLI::PositiveNumber)
-      ->capture_default_str();
-  app.add_option("--sizes", sizes, "Element counts (fp32) to measure");
-  CLI11_PARSE(app, argc, argv);
+#ifdef EXL3_HAVE_CUDA
+#include <cuda_runtime.h>
 
-  exl3::InMemoryStore store;
-  std::vector<std::unique_ptr<exl3::Communicator>> comms(ranks);
+#include "kernels/cuda/cuda_check.cuh"
+#include "worker/comm/nccl_communicator.h"
+#endif
+
+namespace exl3 {
+namespace {
+
+constexpr int kMaxRanks = 64;
+constexpr int64_t kMaxBytes = int64_t{1} << 36;
+constexpr std::chrono::milliseconds kOpTimeout{120000};
+constexpr const char* kBusbwFormula = "busbw = algbw * 2 * (n - 1) / n";
+// Times are host times until the communicator has seen the op complete (wait_each_op polling).
+constexpr const char* kNcclTimingNote =
+    "host time until the NCCL communicator sees completion: it yields for 100 us, then polls with sleeps "
+    "doubling from 20 us to 1 ms, so a time above 100 us may be over by up to its last sleep";
+
+absl::StatusOr<DType> parse_dtype(const std::string& name) {
+  if (name == "f32") return DType::kF32;
+  if (name == "f16") return DType::kF16;
+  if (name == "bf16") return DType::kBF16;
+  return absl::InvalidArgumentError(absl::StrCat("--dtype ", name, ": expected f32, f16 or bf16"));
+}
+
+// ---- inputs and the check of their sums ---------------------------------------------------------
+
+// Largest integer magnitude below which every integer is exact in `dtype`.
+int64_t exact_limit(DType dtype) {
+  switch (dtype) {
+    case DType::kF16: return 2048;
+    case DType::kBF16: return 256;
+    default: return int64_t{1} << 24;
+  }
+}
+
+// Element i of rank r's input: an integer in [-m/2, m/2) with m = limit / ranks, so every partial
+// sum stays exact whatever order the backend adds in; differs between ranks and along i.
+int64_t input_value(DType dtype, int ranks, int rank, int64_t i) {
+  const int64_t m = std::max<int64_t>(exact_limit(dtype) / ranks, 2);
+  return (i * 7919 + rank * 104729 + 13) % m - m / 2;
+}
+
+std::vector<uint8_t> encode_input(DType dtype, int ranks, int rank, int64_t n) {
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * dtype_size(dtype));
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = static_cast<float>(input_value(dtype, ranks, rank, i));
+    if (dtype == DType::kF32) {
+      std::memcpy(&bytes[static_cast<size_t>(i) * 4], &v, 4);
+    } else {
+      const uint16_t h = dtype == DType::kF16 ? float_to_half_bits(v) : float_to_bf16_bits(v);
+      std::memcpy(&bytes[static_cast<size_t>(i) * 2], &h, 2);
+    }
+  }
+  return bytes;
+}
+
+double decode_element(DType dtype, const std::vector<uint8_t>& bytes, int64_t i) {
+  if (dtype == DType::kF32) {
+    float v;
+    std::memcpy(&v, &bytes[static_cast<size_t>(i) * 4], 4);
+    return v;
+  }
+  uint16_t h;
+  std::memcpy(&h, &bytes[static_cast<size_t>(i) * 2], 2);
+  return dtype == DType::kF16 ? half_bits_to_float(h) : bf16_bits_to_float(h);
+}
+
+// Every element of `got` must be the exact sum of the ranks' inputs; INTERNAL naming the first
+// mismatches, their count and the max error otherwise.
+absl::Status check_sums(DType dtype, int ranks, int rank, const std::vector<uint8_t>& got, int64_t n) {
+  int64_t mismatches = 0;
+  double max_error = 0.0;
+  std::string first;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t want = 0;
+    for (int r = 0; r < ranks; ++r) want += input_value(dtype, ranks, r, i);
+    const double value = decode_element(dtype, got, i);
+    const double error = std::abs(value - static_cast<double>(want));
+    if (!(error == 0.0)) {
+      max_error = std::isnan(error) ? error : std::max(max_error, error);
+      if (++mismatches <= 5) absl::StrAppend(&first, " [", i, "] got ", value, " want ", want, ";");
+    }
+  }
+  if (mismatches == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("rank ", rank, ": all-reduce of ", n, " ", dtype_name(dtype),
+                                          " elements: ", mismatches, " sums wrong (must be exact), max error ",
+                                          max_error, "; first:", first));
+}
+
+// ---- one rank -------------------------------------------------------------------------------------
+
+struct Plan {
+  bool nccl = false;
+  int ranks = 1;
+  DType dtype = DType::kF32;
+  std::vector<int64_t> sizes;  // bytes
+  int iters = 1;
+  int warmup = 0;
+};
+
+// Where a rank's buffers live: host memory (Gloo), or its GPU with the stream its ops run on.
+struct RankPlace {
+  int rank = 0;
+  void* stream = nullptr;  // cudaStream_t under NCCL
+};
+
+Tensor make_buffer(const Plan& plan, int64_t n) {
+#ifdef EXL3_HAVE_CUDA
+  if (plan.nccl) {
+    void* ptr = nullptr;
+    EXL3_CUDA_CHECK(cudaMalloc(&ptr, std::max<size_t>(1, static_cast<size_t>(n) * dtype_size(plan.dtype))));
+    std::shared_ptr<const void> owner(ptr, [](const void* p) { cudaFree(const_cast<void*>(p)); });
+    return Tensor::wrap(Device::kCuda, plan.dtype, {n}, ptr, std::move(owner));
+  }
+#endif
+  return Tensor::zeros(plan.dtype, {n});
+}
+
+void upload(const Plan& plan, const RankPlace& place, Tensor& t, const std::vector<uint8_t>& bytes) {
+#ifdef EXL3_HAVE_CUDA
+  if (plan.nccl) {
+    const auto stream = static_cast<cudaStream_t>(place.stream);
+    EXL3_CUDA_CHECK(cudaMemcpyAsync(t.mutable_raw(), bytes.data(), bytes.size(), cudaMemcpyHostToDevice, stream));
+    EXL3_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
+#endif
+  (void)plan;
+  (void)place;
+  std::memcpy(t.mutable_raw(), bytes.data(), bytes.size());
+}
+
+std::vector<uint8_t> download(const Plan& plan, const RankPlace& place, const Tensor& t) {
+  std::vector<uint8_t> bytes(t.nbytes());
+#ifdef EXL3_HAVE_CUDA
+  if (plan.nccl) {
+    const auto stream = static_cast<cudaStream_t>(place.stream);
+    EXL3_CUDA_CHECK(cudaMemcpyAsync(bytes.data(), t.raw(), bytes.size(), cudaMemcpyDeviceToHost, stream));
+    EXL3_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return bytes;
+  }
+#endif
+  (void)plan;
+  (void)place;
+  std::memcpy(bytes.data(), t.raw(), bytes.size());
+  return bytes;
+}
+
+// Zeros, so that the timed sums stay zero (repeated sums of the check's inputs would overflow).
+void clear(const Plan& plan, const RankPlace& place, Tensor& t) {
+#ifdef EXL3_HAVE_CUDA
+  if (plan.nccl) {
+    const auto stream = static_cast<cudaStream_t>(place.stream);
+    EXL3_CUDA_CHECK(cudaMemsetAsync(t.mutable_raw(), 0, t.nbytes(), stream));
+    EXL3_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
+#endif
+  (void)plan;
+  (void)place;
+  std::memset(t.mutable_raw(), 0, t.nbytes());
+}
+
+// The sweep on one rank: seconds[s][i] is this rank's time of timed all-reduce i of size s. A
+// wrong sum does not stop the sweep (the other ranks would wait out their timeouts): it is
+// returned at the end.
+absl::Status run_rank(Communicator& comm, const Plan& plan, const RankPlace& place,
+                      std::vector<std::vector<double>>& seconds) {
+  absl::Status check = absl::OkStatus();
+  seconds.assign(plan.sizes.size(), {});
+  for (size_t s = 0; s < plan.sizes.size(); ++s) {
+    const int64_t n = plan.sizes[s] / static_cast<int64_t>(dtype_size(plan.dtype));
+    Tensor t = make_buffer(plan, n);
+    upload(plan, place, t, encode_input(plan.dtype, plan.ranks, place.rank, n));
+    EXL3_RETURN_IF_ERROR(comm.all_reduce_sum(t));
+    if (check.ok()) check = check_sums(plan.dtype, plan.ranks, place.rank, download(plan, place, t), n);
+    clear(plan, place, t);
+    for (int i = 0; i < plan.warmup; ++i) EXL3_RETURN_IF_ERROR(comm.all_reduce_sum(t));
+    seconds[s].resize(static_cast<size_t>(plan.iters));
+    for (int i = 0; i < plan.iters; ++i) {
+      EXL3_RETURN_IF_ERROR(comm.barrier());
+      const auto start = std::chrono::steady_clock::now();
+      EXL3_RETURN_IF_ERROR(comm.all_reduce_sum(t));
+      seconds[s][static_cast<size_t>(i)] =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  }
+  return check;
+}
+
+absl::Status gloo_rank(const Plan& plan, int rank, RendezvousStore& store,
+                       std::vector<std::vector<double>>& seconds) {
+  GlooOptions o;
+  o.rank = rank;
+  o.world_size = plan.ranks;
+  o.prefix = "allreduce_bench";
+  o.timeout = kOpTimeout;
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = make_gloo_communicator(o, store);
+  if (!comm.ok()) return comm.status();
+  return run_rank(**comm, plan, RankPlace{rank, nullptr}, seconds);
+}
+
+#ifdef EXL3_HAVE_CUDA
+absl::Status nccl_rank(const Plan& plan, int rank, RendezvousStore& store,
+                       std::vector<std::vector<double>>& seconds) {
+  EXL3_CUDA_CHECK(cudaSetDevice(rank));
+  cudaStream_t stream = nullptr;
+  EXL3_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  absl::Status status;
+  {
+    NcclOptions o;
+    o.rank = rank;
+    o.world_size = plan.ranks;
+    o.device = rank;
+    o.stream = stream;
+    o.prefix = "allreduce_bench";
+    o.timeout = kOpTimeout;
+    o.wait_each_op = true;
+    absl::StatusOr<std::unique_ptr<Communicator>> comm = make_nccl_communicator(o, store);
+    status = comm.ok() ? run_rank(**comm, plan, RankPlace{rank, stream}, seconds) : comm.status();
+  }
+  EXL3_CUDA_CHECK(cudaStreamDestroy(stream));
+  return status;
+}
+
+std::string cuda_device_name(int device) {
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, device) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return absl::StrCat("CUDA device ", device, " (properties unavailable)");
+  }
+  return prop.name;
+}
+#endif
+
+absl::StatusOr<Plan> make_plan(const AllreduceBenchOptions& o) {
+  Plan plan;
+  if (o.backend != "gloo" && o.backend != "nccl") {
+    return absl::InvalidArgumentError(absl::StrCat("--backend ", o.backend, ": expected gloo or nccl"));
+  }
+  plan.nccl = o.backend == "nccl";
+  if (o.ranks < 1 || o.ranks > kMaxRanks) {
+    return absl::InvalidArgumentError(absl::StrCat("--ranks ", o.ranks, ": expected 1..", kMaxRanks));
+  }
+  plan.ranks = o.ranks;
+  absl::StatusOr<DType> dtype = parse_dtype(o.dtype);
+  if (!dtype.ok()) return dtype.status();
+  plan.dtype = *dtype;
+  if (!plan.nccl && plan.dtype != DType::kF32) {
+    return absl::InvalidArgumentError(absl::StrCat("--dtype ", o.dtype,
+                                                   ": the gloo backend all-reduces host f32 only; use --backend "
+                                                   "nccl for f16 and bf16"));
+  }
+  if (o.iters < 1) return absl::InvalidArgumentError(absl::StrCat("--iters ", o.iters, ": expected at least 1"));
+  if (o.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup ", o.warmup, ": expected 0 or more"));
+  plan.iters = o.iters;
+  plan.warmup = o.warmup;
+  absl::StatusOr<std::vector<int64_t>> sizes = parse_allreduce_sizes(o.sizes);
+  if (!sizes.ok()) return sizes.status();
+  for (int64_t bytes : *sizes) {
+    if (bytes % static_cast<int64_t>(dtype_size(plan.dtype)) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--sizes: ", bytes, " bytes is not a whole number of ", o.dtype,
+                                                     " elements (", dtype_size(plan.dtype), " bytes each)"));
+    }
+  }
+  plan.sizes = *std::move(sizes);
+  if (plan.nccl) {
+#ifdef EXL3_HAVE_CUDA
+    const int devices = allreduce_bench_cuda_devices();
+    if (devices < plan.ranks) {
+      return absl::FailedPreconditionError(absl::StrCat("--backend nccl with --ranks ", plan.ranks, " needs ",
+                                                        plan.ranks, " CUDA devices (rank r on GPU r); this machine has ",
+                                                        devices));
+    }
+#else
+    return absl::UnimplementedError("--backend nccl: this build has no CUDA (configure with -DEXL3_CUDA=ON)");
+#endif
+  }
+  return plan;
+}
+
+}  // namespace
+
+double allreduce_bus_factor(int ranks) { return 2.0 * (ranks - 1) / ranks; }
+
+absl::StatusOr<std::vector<int64_t>> parse_allreduce_sizes(const std::string& text) {
+  std::vector<int64_t> sizes;
+  for (absl::string_view entry : absl::StrSplit(text, ',')) {
+    const std::string item(absl::StripAsciiWhitespace(entry));
+    const auto bad = [&item](const std::string& why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--sizes: \"", item, "\" ", why, " (expected bytes like 4096, 1K, 16M or 1G)"));
+    };
+    if (item.empty()) return bad("is empty");
+    int64_t scale = 1;
+    std::string digits = item;
+    switch (absl::ascii_toupper(static_cast<unsigned char>(item.back()))) {
+      case 'K': scale = int64_t{1} << 10; break;
+      case 'M': scale = int64_t{1} << 20; break;
+      case 'G': scale = int64_t{1} << 30; break;
+      default: break;
+    }
+    if (scale != 1) digits.pop_back();
+    const bool all_digits = !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) {
+      return absl::ascii_isdigit(static_cast<unsigned char>(c));
+    });
+    int64_t count = 0;
+    if (!all_digits || !absl::SimpleAtoi(digits, &count)) return bad("is not a number with an optional K, M or G");
+    if (count == 0) return bad("is zero");
+    if (count > kMaxBytes / scale) return bad(absl::StrCat("is over ", kMaxBytes, " bytes"));
+    sizes.push_back(count * scale);
+  }
+  return sizes;
+}
+
+int allreduce_bench_cuda_devices() {
+#ifdef EXL3_HAVE_CUDA
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return devices;
+#else
+  return 0;
+#endif
+}
+
+absl::StatusOr<AllreduceBenchReport> run_allreduce_bench(const AllreduceBenchOptions& options) {
+  absl::StatusOr<Plan> planned = make_plan(options);
+  if (!planned.ok()) return planned.status();
+  const Plan& plan = *planned;
+  AllreduceBenchReport report;
+  report.environment = capture_environment(plan.nccl ? "cuda" : "cpu", 0, options.argv);
+  if (plan.nccl) {
+    // NVLink multicast stays off on the shared machines (docs/hardware.md) unless asked for.
+    setenv("NCCL_NVLS_ENABLE", "0", 0);
+    report.environment["nccl_nvls_enable"] = std::getenv("NCCL_NVLS_ENABLE");
+  }
+  for (int r = 0; r < plan.ranks; ++r) {
+#ifdef EXL3_HAVE_CUDA
+    report.devices.push_back(plan.nccl ? cuda_device_name(r) : report.environment.value("host_cpu", "cpu"));
+#else
+    report.devices.push_back(report.environment.value("host_cpu", "cpu"));
+#endif
+  }
+
+  InMemoryStore store;
+  std::vector<std::vector<std::vector<double>>> seconds(static_cast<size_t>(plan.ranks));
+  std::vector<absl::Status> statuses(static_cast<size_t>(plan.ranks));
   std::vector<std::thread> threads;
-  for (int r = 0; r < ranks; ++r) {
+  for (int r = 0; r < plan.ranks; ++r) {
     threads.emplace_back([&, r] {
-      exl3::GlooOptions o;
-      o.rank = r;
-      o.world_size = ranks;
-      o.prefix = "bench";
-      auto c = exl3::make_gloo_communicator(o, store);
-      if (!c.ok()) {
-        std::fprintf(stderr, "rank %d: %s\n", r, std::string(c.status().message()).c_str());
-        std::exit(1);
-      }
-      comms[r] = *std::move(c);
+      const size_t i = static_cast<size_t>(r);
+#ifdef EXL3_HAVE_CUDA
+      statuses[i] = plan.nccl ? nccl_rank(plan, r, store, seconds[i]) : gloo_rank(plan, r, store, seconds[i]);
+#else
+      statuses[i] = gloo_rank(plan, r, store, seconds[i]);
+#endif
     });
   }
-  for (auto& t : threads) t.join();
-  threads.clear();
-
-  std::printf("%12s %12s %12s %12s\n", "elements", "bytes", "time (us)", "busbw (GB/s)");
-  for (int64_t n : sizes) {
-    std::vector<double> seconds(ranks);
-    for (int r = 0; r < ranks; ++r) {
-      threads.emplace_back([&, r] {
-        std::vector<float> data(n, static_cast<float>(r));
-        for (int i = 0; i < 10; ++i) (void)comms[r]->all_reduce_sum(data);
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int i = 0; i < iters; ++i) {
-          const absl::Status s = comms[r]->all_reduce_sum(data);
-          if (!s.ok()) {
-            std::fprintf(stderr, "rank %d: %s\n", r, std::string(s.message()).c_str());
-            std::exit(1);
-          }
-        }
-        seconds[r] = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / iters;
-      });
-    }
-    for (auto& t : threads) t.join();
-    threads.clear();
-    const double t = seconds[0];
-    const double bytes = static_cast<double>(n) * sizeof(float);
-    std::printf("%12lld %12.0f %12.1f %12.3f\n", static_cast<long long>(n), bytes, t * 1e6,
-                bytes * 2.0 * (ranks - 1) / ranks / t / 1e9);
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < plan.ranks; ++r) {
+    const absl::Status& st = statuses[static_cast<size_t>(r)];
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("rank ", r, " (", options.backend, "): ", st.message()));
   }
-  return 0;
+
+  for (size_t s = 0; s < plan.sizes.size(); ++s) {
+    AllreduceRow row;
+    row.bytes = plan.sizes[s];
+    row.elements = row.bytes / static_cast<int64_t>(dtype_size(plan.dtype));
+    double sum = 0.0;
+    double min = 0.0;
+    for (int i = 0; i < plan.iters; ++i) {
+      double slowest = 0.0;
+      for (int r = 0; r < plan.ranks; ++r) {
+        slowest = std::max(slowest, seconds[static_cast<size_t>(r)][s][static_cast<size_t>(i)]);
+      }
+      sum += slowest;
+      min = i == 0 ? slowest : std::min(min, slowest);
+    }
+    const double mean = sum / plan.iters;
+    row.mean_us = mean * 1e6;
+    row.min_us = min * 1e6;
+    row.algbw_gbs = mean > 0.0 ? static_cast<double>(row.bytes) / mean / 1e9 : 0.0;
+    row.busbw_gbs = row.algbw_gbs * allreduce_bus_factor(plan.ranks);
+    report.rows.push_back(row);
+  }
+  return report;
 }
+
+nlohmann::json allreduce_bench_json(const AllreduceBenchOptions& o, const AllreduceBenchReport& report) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const AllreduceRow& r : report.rows) {
+    rows.push_back({{"bytes", r.bytes},
+                    {"elements", r.elements},
+                    {"time_us_mean", r.mean_us},
+                    {"time_us_min", r.min_us},
+                    {"algbw_gbs", r.algbw_gbs},
+                    {"busbw_gbs", r.busbw_gbs}});
+  }
+  return {{"mode", "allreduce"},
+          {"environment", report.environment},
+          {"backend", o.backend},
+          {"ranks", o.ranks},
+          {"dtype", o.dtype},
+          {"devices", report.devices},
+          {"iters", o.iters},
+          {"warmup", o.warmup},
+          {"time", "per all-reduce, the slowest rank's, after a barrier; mean and min over iters"},
+          {"algbw_formula", "algbw = bytes / time_us_mean (GB/s = 1e9 bytes/s)"},
+          {"busbw_formula", kBusbwFormula},
+          {"busbw_factor", allreduce_bus_factor(o.ranks)},
+          {"timing_note", o.backend == "nccl" ? kNcclTimingNote : ""},
+          {"rows", rows}};
+}
+
+std::string allreduce_bench_markdown(const AllreduceBenchOptions& o, const AllreduceBenchReport& report) {
+  std::string md = absl::StrFormat("## all-reduce (sum): %s, %d ranks, %s\n\n", o.backend, o.ranks, o.dtype);
+  for (size_t r = 0; r < report.devices.size(); ++r) {
+    absl::StrAppend(&md, "- rank ", r, ": ", report.devices[r], "\n");
+  }
+  absl::StrAppendFormat(&md,
+                        "\nTime per all-reduce (the slowest rank's), %d timed after %d warm-up; algbw = bytes / mean "
+                        "time; %s (nccl-tests PERFORMANCE.md; here %.4f); GB/s = 1e9 bytes/s.\n\n",
+                        o.iters, o.warmup, kBusbwFormula, allreduce_bus_factor(o.ranks));
+  if (o.backend == "nccl") absl::StrAppend(&md, "Timing: ", kNcclTimingNote, ".\n\n");
+  md += "| bytes | elements | mean (us) | min (us) | algbw (GB/s) | busbw (GB/s) |\n";
+  md += "|------:|---------:|----------:|---------:|-------------:|-------------:|\n";
+  for (const AllreduceRow& r : report.rows) {
+    absl::StrAppendFormat(&md, "| %d | %d | %.1f | %.1f | %.3f | %.3f |\n", r.bytes, r.elements, r.mean_us, r.min_us,
+                          r.algbw_gbs, r.busbw_gbs);
+  }
+  return md;
+}
+
+absl::Status run_allreduce_bench_command(const AllreduceBenchOptions& o, std::FILE* log) {
+  absl::StatusOr<AllreduceBenchReport> report = run_allreduce_bench(o);
+  if (!report.ok()) return report.status();
+  const std::string md = allreduce_bench_markdown(o, *report);
+  if (log != nullptr) std::fputs(md.c_str(), log);
+  if (!o.json_path.empty()) {
+    EXL3_RETURN_IF_ERROR(write_report_file(o.json_path, allreduce_bench_json(o, *report).dump(2) + "\n"));
+  }
+  if (!o.markdown_path.empty()) return write_report_file(o.markdown_path, md);
+  return absl::OkStatus();
+}
+
+void add_allreduce_subcommand(CLI::App& app, AllreduceBenchOptions& o) {
+  CLI::App* cmd = app.add_subcommand(
+      "allreduce",
+      "All-reduce (sum) latency and bandwidth over a sweep of sizes between N rank threads: NCCL (rank r on GPU r) "
+      "or Gloo (host f32, loopback TCP). Sums checked exact once per size; algbw and busbw as nccl-tests defines "
+      "them.");
+  cmd->add_option("--backend", o.backend, "gloo or nccl")->capture_default_str();
+  cmd->add_option("--ranks", o.ranks, "Ranks (threads; NCCL: GPUs 0..N-1), 1..64")->capture_default_str();
+  cmd->add_option("--sizes", o.sizes, "Message sizes in bytes, comma-separated; K, M, G = 2^10, 2^20, 2^30")
+      ->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "f32, f16 or bf16 (gloo: f32 only)")->capture_default_str();
+  cmd->add_option("--iters", o.iters, "Timed all-reduces per size")->capture_default_str();
+  cmd->add_option("--warmup", o.warmup, "Untimed all-reduces per size before them")->capture_default_str();
+  cmd->add_option("--json", o.json_path, "Write the results as JSON here");
+  cmd->add_option("--markdown", o.markdown_path, "Write the markdown table here");
+  cmd->callback([&o]() {
+    if (absl::Status st = run_allreduce_bench_command(o, stdout); !st.ok()) {
+      std::fprintf(stderr, "exl3-bench allreduce: error: %s\n", st.ToString().c_str());
+      throw CLI::RuntimeError(1);
+    }
+  });
+}
+
+}  // namespace exl3

@@ -6,6 +6,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_join.h"
+#include "bench/allreduce_bench.h"
 #include "bench/kernel_bench.h"
 #include "bench/make_model.h"
 #include "bench/model_bench.h"
@@ -74,6 +75,9 @@ int run_exl3_bench(int argc, const char* const* argv) {
   ModelBenchOptions model_bench_options;
   model_bench_options.argv.assign(argv, argv + argc);
   add_model_bench_command(app, model_bench_options);
+  AllreduceBenchOptions allreduce_bench_options;
+  allreduce_bench_options.argv.assign(argv, argv + argc);
+  add_allreduce_subcommand(app, allreduce_bench_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
