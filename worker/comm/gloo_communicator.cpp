@@ -45,28 +45,8 @@ constexpr uint8_t kSendRecvSlotPrefix = 0x40;
 
 absl::Status check_all_gather_args(int rank, int world_size, std::span<const float> send,
                                    std::span<float> recv, std::span<const int64_t> counts) {
-  if (counts.size() != static_cast<size_t>(world_size)) {
-    return absl::InvalidArgumentError(absl::StrCat("all_gather: ", counts.size(),
-                                                   " counts for a world of ", world_size));
-  }
-  int64_t total = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    if (counts[r] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("all_gather: negative count ", counts[r], " for rank ", r));
-    }
-    total += counts[r];
-  }
-  if (static_cast<int64_t>(send.size()) != counts[rank]) {
-    return absl::InvalidArgumentError(absl::StrCat("all_gather: rank ", rank, " sends ",
-                                                   send.size(), " elements, counts say ",
-                                                   counts[rank]));
-  }
-  if (static_cast<int64_t>(recv.size()) != total) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "all_gather: recv holds ", recv.size(), " elements, counts add up to ", total));
-  }
-  return absl::OkStatus();
+  return check_all_gather_counts(rank, world_size, static_cast<int64_t>(send.size()),
+                                 static_cast<int64_t>(recv.size()), counts);
 }
 
 // ---- Gloo exceptions to status ------------------------------------------------------------------

@@ -397,28 +397,10 @@ absl::Status NcclCommunicator::check_tensor(const Tensor& t, const char* op,
 
 absl::Status NcclCommunicator::all_gather(const Tensor& send, Tensor& recv,
                                           std::span<const int64_t> counts) {
-  if (counts.size() != static_cast<size_t>(world_size())) {
-    return absl::InvalidArgumentError(absl::StrCat("all_gather: ", counts.size(),
-                                                   " counts for a world of ", world_size()));
-  }
-  int64_t total = 0;
-  for (size_t r = 0; r < counts.size(); ++r) {
-    if (counts[r] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("all_gather: negative count ", counts[r], " for rank ", r));
-    }
-    total += counts[r];
-  }
   const int64_t sent = send.defined() ? send.numel() : 0;
   const int64_t received = recv.defined() ? recv.numel() : 0;
-  if (sent != counts[rank()]) {
-    return absl::InvalidArgumentError(absl::StrCat("all_gather: rank ", rank(), " sends ", sent,
-                                                   " elements, counts say ", counts[rank()]));
-  }
-  if (received != total) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "all_gather: recv holds ", received, " elements, counts add up to ", total));
-  }
+  EXL3_RETURN_IF_ERROR(check_all_gather_counts(rank(), world_size(), sent, received, counts));
+  const int64_t total = received;
   if (total == 0) return usable();
   EXL3_RETURN_IF_ERROR(check_tensor(recv, "all_gather", /*allow_i32=*/false));
   if (sent > 0) {
