@@ -1,6 +1,8 @@
 // Environment capture and the JSON / markdown writers of exl3-bench reports (see bench_report.h).
 #include "bench/bench_report.h"
 
+#include <unistd.h>
+
 #include <ctime>
 #include <fstream>
 #include <thread>
@@ -89,6 +91,20 @@ json capture_environment(const std::string& backend, int device, const std::vect
   env["device"] = cpu_device();
 #endif
   env["host_cpu"] = cpu_model_name();
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  env["hostname"] = host;
+  env["compiler"] = __VERSION__;
+#ifdef NDEBUG
+  env["build"] = "release";
+#else
+  env["build"] = "debug";
+#endif
+#ifdef EXL3_HAVE_CUDA
+  env["cuda"] = true;
+#else
+  env["cuda"] = false;
+#endif
   env["commit"] = bench_git_commit();
   env["argv"] = argv;
   env["command"] = absl::StrJoin(argv, " ");

@@ -15,7 +15,8 @@ namespace exl3 {
 std::string bench_git_commit();
 
 // {"backend", "device" (CUDA: name, sms, memory_bytes, driver_version, runtime_version, compute
-// capability; CPU: cpu_model, cores), "commit", "argv", "date" (UTC, ISO 8601)}.
+// capability; CPU: cpu_model, cores), "host_cpu", "hostname", "compiler", "build", "cuda",
+// "commit", "argv", "command", "date" (UTC, ISO 8601)}. Every exl3-bench mode reports this.
 nlohmann::json capture_environment(const std::string& backend, int device, const std::vector<std::string>& argv);
 
 // {"environment", "model", "backend", "copy_bandwidth_gbs", "prefill": [...], "decode": [...]}.

@@ -69,8 +69,10 @@ int run_exl3_bench(int argc, const char* const* argv) {
   MakeModelOptions make_model_options;
   add_make_model(app, make_model_options);
   KernelBenchOptions kernel_bench_options;
+  kernel_bench_options.argv.assign(argv, argv + argc);
   add_kernels_subcommand(app, kernel_bench_options);
   ServeBenchOptions serve_bench_options;
+  serve_bench_options.argv.assign(argv, argv + argc);
   add_serve_subcommand(app, serve_bench_options);
   ModelBenchOptions model_bench_options;
   model_bench_options.argv.assign(argv, argv + argc);

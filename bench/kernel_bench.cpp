@@ -2,13 +2,9 @@
 // kernel_bench.h).
 #include "bench/kernel_bench.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
-#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -19,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/bench_report.h"
 #include "kernels/backend.h"
 #include "worker/model/config.h"
 #include "worker/model/llama_model.h"
@@ -275,15 +272,6 @@ class OpRunner {
   const ModelConfig& c_;
 };
 
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&now, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 nlohmann::json optional_number(const std::optional<double>& v) {
   return v.has_value() ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
@@ -344,23 +332,6 @@ absl::StatusOr<KernelBenchReport> run_kernel_bench(const KernelBenchOptions& o) 
   return report;
 }
 
-nlohmann::json bench_run_environment_json() {
-  char host[256] = {};
-  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
-  nlohmann::json env = {{"hostname", host}, {"time_utc", utc_now()}, {"compiler", __VERSION__}};
-#ifdef NDEBUG
-  env["build"] = "release";
-#else
-  env["build"] = "debug";
-#endif
-#ifdef EXL3_HAVE_CUDA
-  env["cuda"] = true;
-#else
-  env["cuda"] = false;
-#endif
-  return env;
-}
-
 nlohmann::json kernel_bench_json(const KernelBenchOptions& o, const KernelBenchReport& r) {
   nlohmann::json ops = nlohmann::json::array();
   for (const OpTiming& t : r.ops) {
@@ -382,7 +353,7 @@ nlohmann::json kernel_bench_json(const KernelBenchOptions& o, const KernelBenchR
                    {"weights_per_ms", optional_number(t.weights_per_ms())}});
   }
   return {{"mode", "kernels"},
-          {"environment", bench_run_environment_json()},
+          {"environment", capture_environment(o.backend, o.device, o.argv)},
           {"backend",
            {{"name", o.backend},
             {"device", o.device},
@@ -432,26 +403,17 @@ std::string kernel_bench_markdown(const KernelBenchOptions& o, const KernelBench
   return md;
 }
 
-absl::Status write_bench_text(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) return absl::NotFoundError(absl::StrCat("cannot open ", path, " for writing"));
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
-
 absl::Status run_kernel_bench_command(const KernelBenchOptions& o, std::FILE* log) {
   absl::StatusOr<KernelBenchReport> report = run_kernel_bench(o);
   if (!report.ok()) return report.status();
   const std::string md = kernel_bench_markdown(o, *report);
   if (log != nullptr) std::fputs(md.c_str(), log);
   if (!o.json_path.empty()) {
-    if (absl::Status st = write_bench_text(o.json_path, kernel_bench_json(o, *report).dump(2) + "\n"); !st.ok()) {
+    if (absl::Status st = write_report_file(o.json_path, kernel_bench_json(o, *report).dump(2) + "\n"); !st.ok()) {
       return st;
     }
   }
-  if (!o.markdown_path.empty()) return write_bench_text(o.markdown_path, md);
+  if (!o.markdown_path.empty()) return write_report_file(o.markdown_path, md);
   return absl::OkStatus();
 }
 

@@ -32,6 +32,7 @@ struct KernelBenchOptions {
   uint64_t cpu_copy_bytes = uint64_t{128} << 20;
   uint64_t cuda_copy_bytes = uint64_t{1} << 30;
   int64_t gemm_n = 8192;
+  std::vector<std::string> argv;  // the command line, for the report's environment
   std::string json_path;      // empty: no JSON file
   std::string markdown_path;  // empty: no markdown file
 };
@@ -69,12 +70,6 @@ std::string kernel_bench_markdown(const KernelBenchOptions& options, const Kerne
 
 // Runs the benchmark and writes the files the options name; prints the markdown on `log`.
 absl::Status run_kernel_bench_command(const KernelBenchOptions& options, std::FILE* log);
-
-// The environment of a run (host, time, compiler, build) for reports.
-nlohmann::json bench_run_environment_json();
-
-// Writes `text` to `path` (NOT_FOUND / INTERNAL naming the path on failure).
-absl::Status write_bench_text(const std::string& path, const std::string& text);
 
 // Registers `kernels` on the exl3-bench command line, filling `options` (kept alive by the caller).
 void add_kernels_subcommand(CLI::App& app, KernelBenchOptions& options);

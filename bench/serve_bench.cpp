@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "bench/kernel_bench.h"
+#include "bench/bench_report.h"
 #include "grpcpp/channel.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
@@ -330,7 +330,7 @@ nlohmann::json serve_bench_json(const ServeBenchOptions& o, const ServeBenchRepo
                       {"itl_s", latency_json(round.itl_s)}});
   }
   return {{"mode", "serve"},
-          {"environment", bench_run_environment_json()},
+          {"environment", capture_environment("client", 0, o.argv)},
           {"server", r.address},
           {"launched", r.launched},
           {"launch_args", o.launch_args},
@@ -360,11 +360,11 @@ absl::Status run_serve_bench_command(const ServeBenchOptions& o, std::FILE* log)
   const std::string md = serve_bench_markdown(o, *report);
   if (log != nullptr) std::fputs(md.c_str(), log);
   if (!o.json_path.empty()) {
-    if (absl::Status st = write_bench_text(o.json_path, serve_bench_json(o, *report).dump(2) + "\n"); !st.ok()) {
+    if (absl::Status st = write_report_file(o.json_path, serve_bench_json(o, *report).dump(2) + "\n"); !st.ok()) {
       return st;
     }
   }
-  if (!o.markdown_path.empty()) return write_bench_text(o.markdown_path, md);
+  if (!o.markdown_path.empty()) return write_report_file(o.markdown_path, md);
   return absl::OkStatus();
 }
 

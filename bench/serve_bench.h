@@ -28,6 +28,7 @@ struct ServeBenchOptions {
   double request_timeout_s = 600.0;  // deadline of each Generate call
   double ready_timeout_s = 600.0;    // for the launcher's "serving on" line
   double stop_timeout_s = 60.0;      // for the launcher to exit after SIGTERM (then SIGKILL)
+  std::vector<std::string> argv;  // the command line, for the report's environment
   std::string json_path;
   std::string markdown_path;
 };
