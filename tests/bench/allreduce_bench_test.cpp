@@ -8,22 +8,15 @@
 #include <vector>
 
 #include "bench/exl3_bench_cli.h"
+#include "bench/bench_cli.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
 namespace exl3 {
 namespace {
 
-int run_bench(std::vector<std::string> args, std::string* err = nullptr) {
-  args.insert(args.begin(), "exl3-bench");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  testing::internal::CaptureStderr();
-  const int rc = run_exl3_bench(static_cast<int>(argv.size()), argv.data());
-  const std::string captured = testing::internal::GetCapturedStderr();
-  if (err != nullptr) *err = captured;
-  return rc;
-}
+using testing::run_bench;
+
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 

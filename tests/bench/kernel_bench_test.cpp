@@ -8,25 +8,17 @@
 #include <vector>
 
 #include "bench/exl3_bench_cli.h"
+#include "bench/bench_cli.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
 namespace exl3 {
 namespace {
 
+using testing::run_bench;
+
 const std::string kModel = std::string(EXL3_SOURCE_DIR) + "/models/exl3-4.0bpw";
 
-// Runs exl3-bench in-process; returns the exit code and leaves stderr in `err`.
-int run_bench(std::vector<std::string> args, std::string* err = nullptr) {
-  args.insert(args.begin(), "exl3-bench");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  testing::internal::CaptureStderr();
-  const int rc = run_exl3_bench(static_cast<int>(argv.size()), argv.data());
-  const std::string captured = testing::internal::GetCapturedStderr();
-  if (err != nullptr) *err = captured;
-  return rc;
-}
 
 TEST(KernelBench, CpuReportHasEveryOpWithPositiveTimes) {
   const std::string json_path = std::string(EXL3_TEST_WORK_DIR) + "/kernel_bench_test.json";

@@ -12,6 +12,7 @@
 #include "bench/synthetic_tokenizer.h"
 #include "common/test_paths.h"
 #include "coordinator/tokenizer/tokenizer.h"
+#include "bench/bench_cli.h"
 #include "gtest/gtest.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -24,6 +25,8 @@
 
 namespace exl3 {
 namespace {
+
+using testing::run_cli;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -50,15 +53,6 @@ MakeModelOptions tiny_options(const std::string& dir_name) {
   return o;
 }
 
-// Runs the exl3-bench command line in-process; returns the exit code and what went to stderr.
-std::pair<int, std::string> run_cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "exl3-bench");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  ::testing::internal::CaptureStderr();
-  const int rc = run_exl3_bench(static_cast<int>(argv.size()), argv.data());
-  return {rc, ::testing::internal::GetCapturedStderr()};
-}
 
 Codebook codebook_of(const std::string& name) {
   return name == "mul1" ? Codebook::kMul1 : name == "mcg" ? Codebook::kMcg : Codebook::k3Inst;

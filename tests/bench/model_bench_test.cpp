@@ -8,11 +8,14 @@
 
 #include "bench/exl3_bench_cli.h"
 #include "common/test_paths.h"
+#include "bench/bench_cli.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
 namespace exl3 {
 namespace {
+
+using testing::run_cli;
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
@@ -26,17 +29,6 @@ std::string read_text(const fs::path& p) {
   return ss.str();
 }
 
-// Runs the exl3-bench command line in-process; returns the exit code and what went to stderr.
-std::pair<int, std::string> run_cli(std::vector<std::string> args) {
-  args.insert(args.begin(), "exl3-bench");
-  std::vector<const char*> argv;
-  for (const std::string& a : args) argv.push_back(a.c_str());
-  ::testing::internal::CaptureStderr();
-  ::testing::internal::CaptureStdout();
-  const int rc = run_exl3_bench(static_cast<int>(argv.size()), argv.data());
-  ::testing::internal::GetCapturedStdout();
-  return {rc, ::testing::internal::GetCapturedStderr()};
-}
 
 std::string model_dir() { return source_path("models/exl3-4.0bpw"); }
 
