@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/sample_cases.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/sampling.h"
@@ -19,53 +20,11 @@
 namespace exl3 {
 namespace {
 
-// A batch of rows with random logits and parameters; histories are owned here.
-struct SampleCase {
-  int64_t rows = 0, vocab = 0;
-  std::vector<float> logits;  // [rows, vocab]
-  std::vector<std::vector<int32_t>> prompts, outputs;
-  SampleBatch batch;
-};
+using testing::SampleCase;
 
+// Wider ranges than the CPU test: more greedy rows, larger top-k, longer histories and positions.
 SampleCase make_case(int64_t rows, int64_t vocab, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-  SampleCase c;
-  c.rows = rows;
-  c.vocab = vocab;
-  c.logits.resize(static_cast<size_t>(rows * vocab));
-  const bool ties = (seed % 3) == 0;  // logits on a coarse grid: many exact ties
-  for (float& l : c.logits) {
-    l = normal(rng);
-    if (ties) l = std::round(l * 2.0f) / 2.0f;
-    if (unit(rng) < 0.02f) l = -INFINITY;
-  }
-  c.prompts.resize(rows);
-  c.outputs.resize(rows);
-  c.batch.rows.resize(rows);
-  std::uniform_int_distribution<int32_t> id(0, static_cast<int32_t>(vocab - 1));
-  for (int64_t r = 0; r < rows; ++r) {
-    c.logits[r * vocab + id(rng)] = normal(rng);  // at least one finite logit per row
-    SamplingParams p;
-    p.temperature = unit(rng) < 0.25f ? 0.0f : 0.3f + 1.5f * unit(rng);
-    if (unit(rng) < 0.4f) p.top_k = 1 + static_cast<int32_t>(unit(rng) * 100);
-    if (unit(rng) < 0.4f) p.top_p = 0.05f + 0.95f * unit(rng);
-    if (unit(rng) < 0.3f) p.min_p = 0.3f * unit(rng);
-    if (unit(rng) < 0.4f) p.repetition_penalty = 0.5f + 1.5f * unit(rng);
-    if (unit(rng) < 0.3f) p.presence_penalty = -2.0f + 4.0f * unit(rng);
-    if (unit(rng) < 0.3f) p.frequency_penalty = -2.0f + 4.0f * unit(rng);
-    p.seed = (static_cast<uint64_t>(rng()) << 32) | rng();
-    const int prompt_len = static_cast<int>(unit(rng) * 60), output_len = static_cast<int>(unit(rng) * 40);
-    for (int i = 0; i < prompt_len; ++i) c.prompts[r].push_back(id(rng));
-    for (int i = 0; i < output_len; ++i) c.outputs[r].push_back(id(rng));
-    SampleRow& row = c.batch.rows[r];
-    row.params = p;
-    row.position = static_cast<int64_t>(rng() % 1000000);
-    row.prompt_ids = c.prompts[r];
-    row.output_ids = c.outputs[r];
-  }
-  return c;
+  return testing::make_sample_case(rows, vocab, seed, testing::SampleCaseRanges{0.25f, 100, 60, 40, 1000000});
 }
 
 std::vector<int32_t> run_sample(Backend& be, const SampleCase& c) {
