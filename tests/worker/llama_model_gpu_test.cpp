@@ -6,6 +6,7 @@
 
 #include "bench/perplexity.h"
 #include "bench/token_ids_file.h"
+#include "common/fixture_rows.h"
 #include "common/test_paths.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -30,20 +31,8 @@ std::unique_ptr<LlamaModel> load_on_gpu(const std::string& dir) {
   return *std::move(model);
 }
 
-std::vector<int32_t> row_ids(const Tensor& ids, int64_t row) {
-  const int64_t len = ids.dim(1);
-  std::vector<int32_t> out(len);
-  const Tensor f = ids.to_f32();
-  for (int64_t i = 0; i < len; ++i) out[i] = static_cast<int32_t>(f.data<float>()[row * len + i]);
-  return out;
-}
-
-Tensor row_logits(const Tensor& logits, int64_t row) {
-  const int64_t len = logits.dim(1), vocab = logits.dim(2);
-  Tensor out = Tensor::zeros(DType::kF32, {len, vocab});
-  std::copy_n(logits.data<float>() + row * len * vocab, len * vocab, out.mutable_data<float>());
-  return out;
-}
+using testing::row_ids;
+using testing::row_logits;
 
 // Mean KL and top-1 of our logits against a reference file's, over its sequences; also vs the CPU.
 void expect_logits_match(const std::string& model_dir, const std::string& reference) {

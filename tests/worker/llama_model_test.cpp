@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "common/fixture_rows.h"
 #include "common/test_paths.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -17,19 +18,8 @@ using testing::shared_path;
 using testing::source_path;
 using testing::test_data;
 
-std::vector<int32_t> row_ids(const Tensor& ids, int64_t row) {
-  const int64_t len = ids.dim(1);
-  std::vector<int32_t> out(len);
-  for (int64_t i = 0; i < len; ++i) out[i] = static_cast<int32_t>(ids.data<int64_t>()[row * len + i]);
-  return out;
-}
-
-Tensor row_logits(const Tensor& logits, int64_t row) {
-  const int64_t len = logits.dim(1), vocab = logits.dim(2);
-  Tensor out = Tensor::zeros(DType::kF32, {len, vocab});
-  std::copy_n(logits.data<float>() + row * len * vocab, len * vocab, out.mutable_data<float>());
-  return out;
-}
+using testing::row_ids;
+using testing::row_logits;
 
 TEST(LlamaModel, Exl3FourBitLogitsMatchExLlamaV3) {
   auto model = LlamaModel::load(source_path("models/exl3-4.0bpw"));
