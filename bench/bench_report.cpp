@@ -159,10 +159,11 @@ std::string model_bench_markdown(const ModelBenchResult& r) {
       "# exl3-bench model: %s\n\n"
       "- backend: %s\n- model: %s, %d layers, hidden %d, intermediate %d, heads %d/%d, head_dim %d, vocab %d, "
       "%.3f bpw, %.3f GB stored, %.3f GB held by the backend\n"
-      "- copy bandwidth: %.1f GB/s (bytes read + written)\n- commit %s, %s\n\n",
+      "- copy bandwidth: %.1f GB/s (bytes read + written)\n- step graphs: %s\n- commit %s, %s\n\n",
       m.name, r.backend_description, m.architecture, m.num_layers, m.hidden_size, m.intermediate_size, m.num_heads,
       m.num_kv_heads, m.head_dim, m.vocab_size, m.decoder_bpw, m.stored_bytes / 1e9, m.weight_bytes / 1e9,
-      r.copy_bandwidth_gbs, bench_git_commit(), r.environment.value("date", std::string("unknown")));
+      r.copy_bandwidth_gbs, r.environment.value("step_graphs", std::string("off")), bench_git_commit(),
+      r.environment.value("date", std::string("unknown")));
   s += "## Prefill\n\n| tokens | ms | tokens/s |\n|---:|---:|---:|\n";
   for (const PrefillRow& p : r.prefill) {
     absl::StrAppend(&s, "| ", p.tokens, " | ", fmt(p.seconds * 1e3, 2), " | ", fmt(p.tokens_per_s, 1), " |\n");

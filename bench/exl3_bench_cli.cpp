@@ -7,6 +7,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_join.h"
 #include "bench/allreduce_bench.h"
+#include "bench/gemv_bench.h"
 #include "bench/kernel_bench.h"
 #include "bench/make_model.h"
 #include "bench/model_bench.h"
@@ -80,6 +81,9 @@ int run_exl3_bench(int argc, const char* const* argv) {
   AllreduceBenchOptions allreduce_bench_options;
   allreduce_bench_options.argv.assign(argv, argv + argc);
   add_allreduce_subcommand(app, allreduce_bench_options);
+  GemvBenchOptions gemv_bench_options;
+  gemv_bench_options.argv.assign(argv, argv + argc);
+  add_gemv_subcommand(app, gemv_bench_options);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

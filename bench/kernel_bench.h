@@ -2,6 +2,13 @@
 // head, rms_norm, silu_mul, rope and decode attention) of a real model on one backend, for several
 // row counts, against the copy-bandwidth and GEMM peaks measured in the same run. Results as JSON
 // and a markdown table.
+//
+// Timing (--timing): `graph` makes `warmup` calls of an op, captures `iters` back-to-back calls
+// into one step graph (Backend::capture_step), replays it once to warm up, then times `repeats` replays with the host
+// clock around replay + synchronize: the per-call time without the host's launch overhead (mean
+// and min over the replays). `host` times `iters` calls issued from the host after `warmup` calls
+// (launch overhead included). The default picks graph when the backend supports step graphs. An op
+// whose capture fails is host-timed, and its row says so.
 #pragma once
 
 #include <cstdint>
@@ -26,15 +33,17 @@ struct KernelBenchOptions {
   int device = 0;               // CUDA device
   std::vector<int64_t> rows = {1, 16, 2048};
   int iters = 20;
-  int warmup = 3;
+  int warmup = 3;                    // untimed calls first (graph: before the capture)
+  std::string timing = "auto";       // auto | graph | host
+  int repeats = 5;                   // graph timing: timed replays
   int64_t attention_context = 1024;  // positions each decode query attends to
   int64_t max_attention_seqs = 256;  // attention runs min(rows, this) sequences of one token
   uint64_t cpu_copy_bytes = uint64_t{128} << 20;
   uint64_t cuda_copy_bytes = uint64_t{1} << 30;
   int64_t gemm_n = 8192;
   std::vector<std::string> argv;  // the command line, for the report's environment
-  std::string json_path;      // empty: no JSON file
-  std::string markdown_path;  // empty: no markdown file
+  std::string json_path;          // empty: no JSON file
+  std::string markdown_path;      // empty: no markdown file
 };
 
 struct OpTiming {
@@ -44,9 +53,12 @@ struct OpTiming {
   int64_t in_features = 0, out_features = 0;
   int bits = 0;  // linears: K, or 16/32 for dense
   bool exl3 = false;
-  double us = 0.0;     // mean per call
-  double bytes = 0.0;  // bytes read + written per call (weights as the backend holds them)
-  double flops = 0.0;  // per call
+  double us = 0.0;               // mean per call
+  std::optional<double> min_us;  // graph timing: the fastest replay's per-call time
+  std::string timing;            // graph | host: how this op was timed
+  std::string note;              // why an op meant for graph timing was host-timed, else empty
+  double bytes = 0.0;            // bytes read + written per call (weights as the backend holds them)
+  double flops = 0.0;            // per call
   double gb_per_s() const { return bytes / us / 1e3; }
   double flop_per_s() const { return flops / us * 1e6; }
   // EXL3 linears: weights (in x out) decoded per millisecond.
@@ -55,6 +67,7 @@ struct OpTiming {
 
 struct KernelBenchReport {
   std::string backend_description;
+  std::string timing;  // graph | host: the method asked for (auto resolved)
   std::string activation_dtype, kv_dtype;
   nlohmann::json model;  // shape facts of the model
   MeasuredPeaks peaks;

@@ -295,6 +295,7 @@ absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
   EXL3_RETURN_IF_ERROR(validate_model_bench_options(o));
   ModelBenchResult result;
   result.environment = capture_environment(o.backend, o.device, o.argv);
+  result.environment["step_graphs"] = o.step_graphs ? "on" : "off";
 
   // Copy bandwidth first, while the device memory is still free.
   if (o.backend == "cuda") {
@@ -341,6 +342,7 @@ absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
   eo.max_step_tokens = std::max(max_prefill, max_batch * o.decode_prompt);
   eo.max_seqs = max_batch;
   eo.max_logit_rows = max_batch;
+  eo.step_graphs = o.step_graphs;
   EXL3_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(model), eo, nullptr));
   logf(o, absl::StrFormat("KV cache %.3f GB (%d pages of %d)", engine->cache_bytes() / 1e9, eo.num_pages, eo.page_size));
 
@@ -357,6 +359,12 @@ absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
                             row.batch, row.step_ms, row.tokens_per_s, row.gbs, 100.0 * row.copy_fraction));
     result.decode.push_back(row);
   }
+
+  // What the decode steps actually replayed (0 on the CPU backend or with --step-graphs off).
+  result.environment["step_graph_captures"] = engine->model().step_graph_count();
+  result.environment["step_graph_replays"] = engine->model().graph_replays();
+  logf(o, absl::StrFormat("step graphs %s: %d captured, %d replays", o.step_graphs ? "on" : "off",
+                          engine->model().step_graph_count(), engine->model().graph_replays()));
 
   if (!o.json_path.empty()) {
     EXL3_RETURN_IF_ERROR(write_report_file(o.json_path, model_bench_json(result).dump(2) + "\n"));
@@ -388,6 +396,11 @@ void add_model_bench_command(CLI::App& app, ModelBenchOptions& o) {
       ->capture_default_str();
   cmd->add_option("--decode-prompt", o.decode_prompt, "Prompt tokens of each decode sequence")->capture_default_str();
   cmd->add_option("--page-size", o.page_size, "KV cache page size")->capture_default_str();
+  cmd->add_option_function<std::string>(
+         "--step-graphs", [&o](const std::string& v) { o.step_graphs = v == "on"; },
+         "on: decode steps replay one CUDA graph per batch size and page bucket (CUDA backend); off: launch every op")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->default_str("on");
   cmd->add_option("--json", o.json_path, "Write the results as JSON here");
   cmd->add_option("--markdown", o.markdown_path, "Write the results as markdown tables here");
   cmd->callback([&o]() {

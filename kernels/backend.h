@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -92,6 +93,12 @@ struct SampleBatch {
   static bool reads_history(const SamplingParams& p) {
     return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
   }
+};
+
+// Device work recorded once and replayed without per-op host launches (CUDA: a graph).
+class StepGraph {
+ public:
+  virtual ~StepGraph() = default;
 };
 
 class Backend {
@@ -184,6 +191,30 @@ class Backend {
   // within reserve_sampling's sizes, row parameters and histories uploaded through the staged
   // upload into the reserved buffers (no allocation, no synchronisation).
   virtual void sample(const Tensor& logits, const SampleBatch& batch, Tensor& out) = 0;
+
+  // ---- Fused linears ---------------------------------------------------------------------------
+  // Compositions of the ops above that a backend may run in fewer passes (CUDA: one GEMV launch for
+  // several linears of one input, the add or the gated activation folded into the output
+  // transform). The defaults (kernels/backend.cpp) are the plain compositions; an override must give
+  // the same results within the ops' own accuracy.
+  // ys[i] = x · ws[i] for every i (1..3 linears of the same x).
+  virtual void linears(std::span<const LinearWeights* const> ws, const Tensor& x, std::span<Tensor> ys);
+  // act = silu(x · gate) ⊙ (x · up); gate_out and up_out (A [rows, out]) are scratch the
+  // composition may use.
+  virtual void gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, Tensor& gate_out,
+                            Tensor& up_out, Tensor& act);
+  // residual (F32) += x · w; out (F32, residual's shape) is scratch the composition may use.
+  virtual void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual);
+
+  // ---- Step graphs ------------------------------------------------------------------------------
+  // capture_step runs `record` once with this backend's stream under capture: the ops it issues
+  // are recorded, not run. replay_step queues the recorded work again: the same kernels on the
+  // same buffers with the same sizes (inputs may change in place between replays). `record` must
+  // not synchronise, upload, download or allocate. A failed capture leaves nothing queued.
+  // Backends without graphs (the CPU backend) say UNIMPLEMENTED and never call `record`.
+  virtual bool supports_step_graphs() const { return false; }
+  virtual absl::StatusOr<std::unique_ptr<StepGraph>> capture_step(const std::function<absl::Status()>& record);
+  virtual absl::Status replay_step(StepGraph& graph);
 };
 
 // The CPU backend: fp32 activations and KV cache, EXL3 weights dequantized at load, BLAS for

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   exl3::LaunchOptions o;
   exl3::CoordinatorOptions& c = o.coordinator;
   std::string gpus, split, mode = "tp";
+  std::string step_graphs = "on";
   int cpu_workers = 0;
   double ready_timeout_s = 120, step_timeout_s = 60;
   CLI::App app{"exl3-launch: serve a Llama-family EXL3 or HF model over one worker per device, with a gRPC API.\n"
@@ -75,7 +76,12 @@ int main(int argc, char** argv) {
   app.add_flag("--restart", o.restart, "When a worker dies, restart the group and serve again (up to 3 times)");
   app.add_flag("--plan-only", o.plan_only, "Print the shard plan (per-rank layers, heads, columns, bytes) and exit");
   app.add_option("--worker-bin", o.worker_bin, "Path of exl3-worker (default: beside exl3-launch)");
+  app.add_option("--step-graphs", step_graphs,
+                 "GPU workers: on: decode steps replay one CUDA graph per batch size and page bucket; off: launch "
+                 "every op (passed to every worker)")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  o.step_graphs = step_graphs == "on";
 
   if (!gpus.empty() && cpu_workers > 0) {
     std::fprintf(stderr, "exl3-launch: --gpus and --cpu-workers exclude each other: --gpus runs CUDA workers (NCCL), "

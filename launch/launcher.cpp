@@ -45,7 +45,8 @@ Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals) {
   for (int r = 0; r < copts.world_size; ++r) {
     ProcessSpec spec;
     spec.argv = {o.worker_bin, "--coordinator", absl::StrCat(copts.control_host, ":", coordinator.control_port()),
-                 "--rank", std::to_string(r), "--world", std::to_string(copts.world_size)};
+                 "--rank", std::to_string(r), "--world", std::to_string(copts.world_size),
+                 "--step-graphs", o.step_graphs ? "on" : "off"};
     // Workers share the cores: one BLAS thread pool each, sized so they do not oversubscribe.
     spec.env = {{"OPENBLAS_NUM_THREADS", std::to_string(threads)}, {"OMP_NUM_THREADS", std::to_string(threads)}};
     if (o.gpus.empty()) {

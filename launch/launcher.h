@@ -22,6 +22,7 @@ struct LaunchOptions {
   // as its worker reports it (GPU workers).
   std::vector<double> split_gib;
   std::string worker_bin;          // path of exl3-worker
+  bool step_graphs = true;         // passed to every worker as --step-graphs on|off
   bool plan_only = false;
   bool restart = false;
   int max_restarts = 3;

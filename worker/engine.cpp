@@ -18,6 +18,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<LlamaMode
   limits.max_seqs = options.max_seqs;
   limits.max_pages_per_seq = options.num_pages;
   limits.max_logit_rows = options.max_logit_rows;
+  limits.step_graphs = options.step_graphs;
   EXL3_RETURN_IF_ERROR(e->model_->reserve(limits));
   EXL3_ASSIGN_OR_RETURN(e->shared_tokens_, be.allocate(DType::kF32, {options.max_seqs}, "sampled token exchange"));
   // The sampler runs over every logits row of a step (rows not sampled are greedy and ignored);

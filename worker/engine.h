@@ -45,6 +45,9 @@ struct EngineOptions {
   int64_t max_step_tokens = 2048;  // most tokens in one forward
   int64_t max_seqs = 256;          // most sequences in one step
   int64_t max_logit_rows = 256;    // most logits rows in one forward (sampled + returned)
+  // Decode steps replay one step graph per batch size and page bucket where the backend and the
+  // communicator allow it (StepLimits::step_graphs; the CPU backend never does).
+  bool step_graphs = true;
 };
 
 class Engine {

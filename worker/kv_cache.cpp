@@ -1,9 +1,16 @@
 // Paged KV cache storage and page allocation.
 #include "worker/kv_cache.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
 
 namespace exl3 {
+
+uint64_t KvCache::next_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::create(const KvCacheShape& shape, Backend& backend) {
   std::unique_ptr<KvCache> cache(new KvCache());

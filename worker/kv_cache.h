@@ -34,6 +34,9 @@ class KvCache {
   KvCache(const KvCacheShape& shape, Backend& backend);
 
   const KvCacheShape& shape() const { return shape_; }
+  // Unique in the process, never reused: what a captured step graph (which holds this cache's page
+  // pointers) is keyed by, so that another cache, even at the same address, never replays it.
+  uint64_t id() const { return id_; }
   PagedKv& layer(int64_t i) { return layers_.at(i); }
   const PagedKv& layer(int64_t i) const { return layers_.at(i); }
 
@@ -51,6 +54,9 @@ class KvCache {
   KvCache() = default;
   absl::Status allocate(Backend& backend);
 
+  static uint64_t next_id();
+
+  uint64_t id_ = next_id();
   KvCacheShape shape_;
   std::vector<PagedKv> layers_;
   std::vector<int32_t> free_;  // stack of free physical pages

@@ -1,7 +1,7 @@
 // CUDA paged causal grouped-query attention: the device twin of attention_ref over a batch
 // (kernels/cuda/paged_attention.cuh). Tensor cores (mma.sync m16n8k16, fp16 in, fp32 softmax and
-// accumulation) through the warp pieces of attention_warp.cuh. Three kernels, always launched in
-// this order on the stream:
+// accumulation) through the warp pieces of attention_warp.cuh. Three kernels, launched in this
+// order on the stream (prefill only when some sequence has several tokens, merge only with splits):
 //   - prefill: for tokens that share their sequence with a neighbouring token of the batch (a
 //     "run"), one block of 4 warps takes 64 consecutive (token, query head) rows of one KV head
 //     and loops causally over 32-key blocks of the run's sequence (flash-attention style online
@@ -252,13 +252,17 @@ SplitPlan plan_splits(int64_t tokens, int64_t heads, int32_t max_position) {
   return {(keys + chunk - 1) / chunk, chunk};
 }
 
+// A batch of as many sequences as tokens has one token per sequence: every token is single and
+// the prefill kernel would only skip them all, so it is not launched.
 template <int D>
 void launch_for_head_dim(const AttnArgs& args, cudaStream_t stream) {
-  const int64_t prefill_tiles = (args.tokens * args.group + kPrefillRows - 1) / kPrefillRows;
-  EXL3_CHECK(prefill_tiles <= std::numeric_limits<int32_t>::max(), "attention: too many rows");
-  attention_prefill_kernel<D><<<dim3(static_cast<unsigned>(prefill_tiles), static_cast<unsigned>(args.kv_heads)),
-                                kPrefillThreads, 0, stream>>>(args);
-  EXL3_CUDA_CHECK_LAUNCH();
+  if (args.tokens > args.num_seqs) {
+    const int64_t prefill_tiles = (args.tokens * args.group + kPrefillRows - 1) / kPrefillRows;
+    EXL3_CHECK(prefill_tiles <= std::numeric_limits<int32_t>::max(), "attention: too many rows");
+    attention_prefill_kernel<D><<<dim3(static_cast<unsigned>(prefill_tiles), static_cast<unsigned>(args.kv_heads)),
+                                  kPrefillThreads, 0, stream>>>(args);
+    EXL3_CUDA_CHECK_LAUNCH();
+  }
   const int64_t head_tiles = (args.group + kWarpRows - 1) / kWarpRows;
   attention_decode_kernel<D><<<dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(args.kv_heads * head_tiles),
                                     static_cast<unsigned>(args.splits)),

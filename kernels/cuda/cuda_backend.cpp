@@ -9,18 +9,22 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/count_nonfinite.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/cuda_step_graph.h"
 #include "kernels/cuda/dense_linear.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/elementwise.cuh"
 #include "kernels/cuda/exl3_decode.cuh"
+#include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_linear.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 #include "kernels/cuda/sample.cuh"
@@ -176,6 +180,16 @@ class CudaBackend final : public Backend {
 
   cudaStream_t stream() const { return stream_; }
   const std::string& label() const { return allocator_.label(); }
+
+  bool supports_step_graphs() const override { return true; }
+  absl::StatusOr<std::unique_ptr<StepGraph>> capture_step(const std::function<absl::Status()>& record) override {
+    activate();
+    return capture_cuda_graph(stream_, device_, label(), record);
+  }
+  absl::Status replay_step(StepGraph& graph) override {
+    activate();
+    return launch_cuda_graph(graph, stream_, label());
+  }
   void activate() const { EXL3_CUDA_CHECK(cudaSetDevice(device_)); }
 
   Device device() const override { return Device::kCuda; }
@@ -345,6 +359,44 @@ class CudaBackend final : public Backend {
     launch_exl3_output_transform(p, stream_);
   }
 
+  // One GEMV launch and one output launch for 1..3 EXL3 linears of x when they share their shape
+  // and format and the few-rows path has room (exl3_gemv.cuh); false (nothing queued) otherwise.
+  bool fused_linears(std::span<const LinearWeights* const> ws, const Tensor& x, std::span<Tensor> ys,
+                     GemvEpilogue epilogue) {
+    const int64_t m = x.rank() == 2 ? x.dim(0) : 0;
+    if (m < 1 || m > kGemvMaxRows || ws.size() != ys.size() || ws.empty() || ws.size() > 3) return false;
+    std::array<Exl3LinearParams, 3> params;
+    for (size_t i = 0; i < ws.size(); ++i) {
+      if (!ws[i]->is_exl3) return false;
+      params[i] = checked_linear(*ws[i], x, ys[i]);
+    }
+    const std::span<const Exl3LinearParams> ps(params.data(), ws.size());
+    const int64_t floats = scratch_rows_ * scratch_features_;
+    if (!exl3_gemv_linears_fit(ps, floats)) return false;
+    launch_exl3_gemv_linears(ps, static_cast<float*>(scratch_c_.get()), floats, epilogue, device_sm_count(), stream_);
+    return true;
+  }
+
+  void linears(std::span<const LinearWeights* const> ws, const Tensor& x, std::span<Tensor> ys) override {
+    if (!fused_linears(ws, x, ys, GemvEpilogue::kStore)) Backend::linears(ws, x, ys);
+  }
+
+  void gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, Tensor& gate_out,
+                    Tensor& up_out, Tensor& act) override {
+    const LinearWeights* ws[] = {&gate, &up};
+    Tensor ys[] = {act, up_out};  // the gated product lands in the first output
+    const bool shaped = act.dtype() == DType::kF16 && act.shape() == gate_out.shape();
+    if (!shaped || !fused_linears(ws, x, ys, GemvEpilogue::kSiluMul)) Backend::gate_up_silu(gate, up, x, gate_out, up_out, act);
+  }
+
+  void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual) override {
+    const LinearWeights* ws[] = {&w};
+    Tensor ys[] = {residual};
+    if (residual.dtype() != DType::kF32 || !fused_linears(ws, x, ys, GemvEpilogue::kAddResidual)) {
+      Backend::linear_add(w, x, out, residual);
+    }
+  }
+
   // Linear and attention scratch (see cuda_backend.h); keeps the larger of the old and new sizes.
   absl::Status reserve_scratch(int64_t max_rows, int64_t max_features) override {
     if (max_rows <= 0 || max_features <= 0) {
@@ -480,7 +532,9 @@ class CudaBackend final : public Backend {
     launch_add(p, stream_);
   }
 
-  void linear(const LinearWeights& w, const Tensor& x, Tensor& y) override {
+  // Checks a linear's operands (aborting on a broken contract) and returns the EXL3 kernel's
+  // parameters for it (meaningful when w.is_exl3 and x has rows).
+  Exl3LinearParams checked_linear(const LinearWeights& w, const Tensor& x, Tensor& y) const {
     check_dtype(x, DType::kF16, "linear x");
     check_f32_or_f16(y, "linear y");
     EXL3_CHECK(x.rank() == 2 && x.dim(1) == w.in_features, "linear x ", shape_string(x.shape()), " for ", w.in_features,
@@ -492,41 +546,49 @@ class CudaBackend final : public Backend {
       check_dtype(w.bias, DType::kF32, "linear bias");
       EXL3_CHECK(w.bias.numel() == w.out_features, "linear bias ", shape_string(w.bias.shape()));
     }
+    Exl3LinearParams p;
+    if (!w.is_exl3 || m == 0) return p;
+    const Exl3Weight& e = w.exl3;
+    check_dtype(e.trellis, DType::kI16, "linear trellis");
+    check_dtype(e.suh, DType::kF16, "linear suh");
+    check_dtype(e.svh, DType::kF16, "linear svh");
+    EXL3_CHECK(m <= scratch_rows_ && e.k <= scratch_features_ && e.n <= scratch_features_, "linear: ", m,
+               " rows through a ", e.k, "x", e.n, " EXL3 linear but reserve_scratch reserved ", scratch_rows_,
+               " rows of ", scratch_features_, " features");
+    p.x = ptr<__half>(x);
+    p.m = m;
+    p.in_features = w.in_features;
+    p.out_features = w.out_features;
+    p.trellis = ptr<int16_t>(e.trellis);
+    p.suh = ptr<__half>(e.suh);
+    p.svh = ptr<__half>(e.svh);
+    p.bias = w.bias.defined() ? ptr<float>(w.bias) : nullptr;
+    p.k = e.k;
+    p.n = e.n;
+    p.bits = e.bits;
+    p.codebook = e.codebook;
+    p.y = y.mutable_raw();
+    p.y_f32 = y.dtype() == DType::kF32;
+    p.scratch_a = static_cast<__half*>(scratch_a_.get());
+    p.scratch_c = static_cast<float*>(scratch_c_.get());
+    p.scratch_c_floats = scratch_rows_ * scratch_features_;
+    return p;
+  }
+
+  void linear(const LinearWeights& w, const Tensor& x, Tensor& y) override {
+    const Exl3LinearParams e = checked_linear(w, x, y);
+    const int64_t m = x.dim(0);
     if (m == 0) return;  // an empty batch has no buffers to point at
-    const float* bias = w.bias.defined() ? ptr<float>(w.bias) : nullptr;
-    const bool y_f32 = y.dtype() == DType::kF32;
     if (w.is_exl3) {
-      const Exl3Weight& e = w.exl3;
-      check_dtype(e.trellis, DType::kI16, "linear trellis");
-      check_dtype(e.suh, DType::kF16, "linear suh");
-      check_dtype(e.svh, DType::kF16, "linear svh");
-      EXL3_CHECK(m <= scratch_rows_ && e.k <= scratch_features_ && e.n <= scratch_features_, "linear: ", m,
-                 " rows through a ", e.k, "x", e.n, " EXL3 linear but reserve_scratch reserved ", scratch_rows_,
-                 " rows of ", scratch_features_, " features");
-      Exl3LinearParams p;
-      p.x = ptr<__half>(x);
-      p.m = m;
-      p.in_features = w.in_features;
-      p.out_features = w.out_features;
-      p.trellis = ptr<int16_t>(e.trellis);
-      p.suh = ptr<__half>(e.suh);
-      p.svh = ptr<__half>(e.svh);
-      p.bias = bias;
-      p.k = e.k;
-      p.n = e.n;
-      p.bits = e.bits;
-      p.codebook = e.codebook;
-      p.y = y.mutable_raw();
-      p.y_f32 = y_f32;
-      p.scratch_a = static_cast<__half*>(scratch_a_.get());
-      p.scratch_c = static_cast<float*>(scratch_c_.get());
       if (m >= kDequantGemmRows) {
-        exl3_linear_through_cublas(p);
+        exl3_linear_through_cublas(e);
       } else {
-        launch_exl3_linear(p, stream_);
+        launch_exl3_linear(e, stream_);
       }
       return;
     }
+    const float* bias = w.bias.defined() ? ptr<float>(w.bias) : nullptr;
+    const bool y_f32 = y.dtype() == DType::kF32;
     check_dtype(w.dense, DType::kF16, "linear dense weight");
     EXL3_CHECK(w.dense.shape() == Shape({w.out_features, w.in_features}), "linear dense weight ",
                shape_string(w.dense.shape()));

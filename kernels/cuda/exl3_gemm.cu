@@ -2,9 +2,9 @@
 // owns one 16-column n-tile and walks a range of k-tiles, streaming the packed tiles through a
 // private cp.async ring in shared memory, decoding each tile straight into mma.m16n8k16 B
 // fragments (exl3_tile.cuh) and multiplying it with up to 8 16-row blocks of A. The trellis is
-// never expanded in memory. For m <= 16 one pass streams the trellis once (the skinny path);
-// larger m runs one pass per 128 rows. Split-K over blocks (fp32 atomics into a zeroed C) keeps
-// every SM busy when the output alone does not. m <= 4 takes the CUDA-core GEMV (exl3_gemv.cu).
+// never expanded in memory. One pass per 128 rows. Split-K over blocks (fp32 atomics into a zeroed
+// C) keeps every SM busy when the output alone does not. m <= kGemvMaxRows takes the few-rows path
+// (exl3_gemv.cu), which streams the trellis once for all rows.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -30,8 +30,7 @@ constexpr int kThreads = kWarps * kWarpSize;
 constexpr int kBlockCols = kWarps * kTileSize;        // 128 output columns per block
 constexpr int kStageTiles = 4;                         // k-tiles per cp.async group
 constexpr int kStages = 4;                             // ring depth: 3 groups in flight
-constexpr int kSkinnyMBlocks = 1;                      // m <= 16
-constexpr int kWideMBlocks = 8;                        // 128 rows per pass otherwise
+constexpr int kWideMBlocks = 8;                        // 128 rows per pass
 constexpr int kMinTilesPerSplit = 2 * kStageTiles;     // enough work per block to pay the atomics
 // Register budget: at least this many blocks resident per SM (<= 64 / 128 registers a thread).
 template <int kMBlocks>
@@ -193,8 +192,22 @@ __global__ void __launch_bounds__(kThreads, kMinBlocksPerSm<kMBlocks>) exl3_gemm
   }
 }
 
+
+// Number of k-slices: none while the output grid alone gives every SM two blocks, otherwise enough
+// for about four blocks per SM, each slice keeping at least kMinTilesPerSplit k-tiles.
+int64_t tiles_per_split(int64_t output_blocks, int64_t k_tiles) {
+  const int64_t sms = device_sm_count();
+  if (output_blocks >= 2 * sms) return k_tiles;
+  const int64_t wanted = (4 * sms + output_blocks - 1) / output_blocks;
+  const int64_t max_splits = std::max<int64_t>(1, k_tiles / kMinTilesPerSplit);
+  const int64_t splits = std::min(wanted, max_splits);
+  return (k_tiles + splits - 1) / splits;
+}
+
+}  // namespace
+
 // SM count of the current device, queried once per device (launches may be graph-captured).
-int multiprocessor_count() {
+int device_sm_count() {
   constexpr int kMaxDevices = 64;
   static std::array<std::atomic<int>, kMaxDevices> cache{};
   int device = 0;
@@ -210,19 +223,6 @@ int multiprocessor_count() {
   return count;
 }
 
-// Number of k-slices: none while the output grid alone gives every SM two blocks, otherwise enough
-// for about four blocks per SM, each slice keeping at least kMinTilesPerSplit k-tiles.
-int64_t tiles_per_split(int64_t output_blocks, int64_t k_tiles) {
-  const int64_t sms = multiprocessor_count();
-  if (output_blocks >= 2 * sms) return k_tiles;
-  const int64_t wanted = (4 * sms + output_blocks - 1) / output_blocks;
-  const int64_t max_splits = std::max<int64_t>(1, k_tiles / kMinTilesPerSplit);
-  const int64_t splits = std::min(wanted, max_splits);
-  return (k_tiles + splits - 1) / splits;
-}
-
-}  // namespace
-
 void launch_exl3_gemm(const Exl3GemmParams& p, cudaStream_t stream) {
   EXL3_CHECK(p.m >= 0, "m must be >= 0, got ", p.m);
   EXL3_CHECK(p.k > 0 && p.k % 128 == 0, "k must be a positive multiple of 128, got ", p.k);
@@ -233,12 +233,11 @@ void launch_exl3_gemm(const Exl3GemmParams& p, cudaStream_t stream) {
   EXL3_CHECK(reinterpret_cast<uintptr_t>(p.trellis) % 16 == 0, "trellis must be 16-byte aligned");
   if (p.m == 0) return;
   if (p.m <= kGemvMaxRows) {
-    launch_exl3_gemv(p, multiprocessor_count(), stream);
+    launch_exl3_gemv(p, device_sm_count(), stream);
     return;
   }
 
-  const bool skinny = p.m <= kSkinnyMBlocks * kTileSize;
-  const int64_t rows_per_pass = (skinny ? kSkinnyMBlocks : kWideMBlocks) * kTileSize;
+  const int64_t rows_per_pass = kWideMBlocks * kTileSize;
   const int64_t passes = (p.m + rows_per_pass - 1) / rows_per_pass;
   const int64_t col_blocks = p.n / kBlockCols;
   const int64_t k_tiles = p.k / kTileSize;
@@ -256,11 +255,7 @@ void launch_exl3_gemm(const Exl3GemmParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits),
                   static_cast<unsigned>(passes));
   const bool known = trellis::dispatch_format(p.bits, p.codebook, [&]<int kBits, Codebook kCodebook>() {
-    if (skinny) {
-      exl3_gemm_kernel<kBits, kCodebook, kSkinnyMBlocks><<<grid, kThreads, 0, stream>>>(args);
-    } else {
-      exl3_gemm_kernel<kBits, kCodebook, kWideMBlocks><<<grid, kThreads, 0, stream>>>(args);
-    }
+    exl3_gemm_kernel<kBits, kCodebook, kWideMBlocks><<<grid, kThreads, 0, stream>>>(args);
   });
   EXL3_CHECK(known, "unknown codebook ", static_cast<int>(p.codebook));
   EXL3_CUDA_CHECK_LAUNCH();

@@ -1,23 +1,33 @@
-// CUDA-core EXL3 GEMV C = A · Wq for m = 1..4 (exl3-format.md §4, §7): the tensor-core path would
-// waste most of every mma on so few rows. A block stages its k-slice of A in shared memory as
-// fp32; every warp owns one 16-column n-tile and walks the slice's k-tiles straight from global
-// memory; each lane decodes its 8 positions of a tile with the shared per-lane extraction
-// (exl3_tile.cuh), widens the exact fp16 codebook values to fp32 and accumulates them against the
-// matching A values (tile rows 2t, 2t+1, 2t+8, 2t+9) into per-column partial sums, reduced over
-// the 4 lanes sharing a column at the end. Split-K over blocks (fp32 atomics into a zeroed C)
-// fills the GPU.
+// EXL3 matmul for few rows (m = 1..64; exl3-format.md §4, §5, §7). With so few rows the trellis
+// decode, not the multiply, is the work, and on an H200 it is bound by instruction issue, not by
+// memory (../shared/docs/hardware.md). So the loop spends as few instructions per weight as it can:
+//   - every warp owns one 16-column n-tile and walks its block's k-slice; the trellis words of the
+//     next group of tiles are loaded into registers while the current group is decoded (for K = 4
+//     and 8 each lane loads its own words, coalesced, and takes its neighbour's by a shuffle);
+//   - each lane decodes its 8 positions of a tile (exl3_tile.cuh; for K = 4 and 8 the states are
+//     byte permutes and funnel shifts of the window) straight into mma.m16n8k16 B fragments;
+//   - the products run on the otherwise idle tensor cores (2 mma per tile and 16 rows), fp32
+//     accumulation, with A fragments read from shared memory, where the block staged its k-slice
+//     of A once.
+// The linear variant computes that slice of A itself from x (⊙ suh, 128-point Hadamard, fp16:
+// exactly the input transform) and writes one partial product per k-slice for the output transform
+// to sum (deterministic; no memset, no atomics). The bare variant (launch_exl3_gemv) reads A and
+// adds its slices into a zeroed C with atomics.
 #include "kernels/cuda/exl3_gemv.cuh"
 
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <span>
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/exl3_tile.cuh"
+#include "kernels/cuda/exl3_wht128.cuh"
 
 namespace exl3 {
 namespace {
@@ -27,160 +37,567 @@ using trellis::kTileSize;
 constexpr int kWarpSize = 32;
 constexpr int kWarps = 8;                        // one n-tile each
 constexpr int kThreads = kWarps * kWarpSize;
-constexpr int kBlockCols = kWarps * kTileSize;  // 128 output columns per block
-constexpr int kMaxRows = static_cast<int>(kGemvMaxRows);
-constexpr int kBlocksPerSm = 8;                  // split-K target: full occupancy
-constexpr int kMinTilesPerSplit = 8;             // enough work per warp to pay the atomics
-constexpr int kMaxTilesPerSplit = 64;            // bounds the block's A slice in shared memory
-constexpr int kSlicePairs = kMaxTilesPerSplit * kTileSize / 2;
+constexpr int kSliceTiles = 8;                   // k-slices are whole 128-input Hadamard blocks
+constexpr int kStagedWords = 12288;              // 48 KiB per block: trellis rings + staged A
+constexpr int kMaxTilesPerSlice = 64;
+constexpr int kRowSumWords = 64;                 // MUL1's per-row sums of the staged A
 
-struct GemvArgs {
-  const __half* a;
-  const uint32_t* trellis;  // tiles as stream words (§4.2)
-  float* c;
-  int m;
-  int64_t k;
-  int64_t n;
-  int64_t tiles_per_split;  // k-tiles per blockIdx.y
-  bool accumulate;          // split-K: add into C (zeroed by the launcher) instead of storing
-};
+// Staged A, in mma fragment order: for every 16-row block and tile of the slice, 128 words (fp16
+// pairs), 4 per lane, so that lane l reads its whole A fragment {a0, a1, a2, a3} with one 16-byte
+// load (conflict-free: the warp reads 512 contiguous bytes). Lane l = 4g + t holds (row g, k 2t),
+// (row g + 8, k 2t), (row g, k 2t + 8), (row g + 8, k 2t + 8), each with k + 1 in the high half.
+// Rows >= m are zeros; m <= 8 still stages whole 16-row blocks (the upper half zero).
+//
+// The doubled layout (3INST and MCG with one m-block) stages two such fragments per tile: the
+// first holds A's even k rows, the second its odd ones, each value in both halves of its word.
+// The mma then sums over a k twice as long whose pairs are the two halves of one decoded word
+// (lo·x + hi·x = (lo + hi)·x), so the decode skips pairing and adding the halves (§5).
+constexpr int kFragmentWords = 4 * kWarpSize;  // one 16x16 tile of A
 
-__device__ __forceinline__ float2 half2_bits_to_float2(uint32_t bits) {
-  __half2 h;
-  static_assert(sizeof(h) == sizeof(bits));
-  memcpy(&h, &bits, sizeof(bits));
-  return __half22float2(h);
+template <Codebook kCodebook, int kMBlocks>
+constexpr bool doubled_k() {
+  return kCodebook != Codebook::kMul1 && kMBlocks == 1;
 }
 
-template <int kBits, Codebook kCodebook>
-__global__ void __launch_bounds__(kThreads) exl3_gemv_kernel(GemvArgs args) {
+__host__ __device__ constexpr int staged_words_per_tile(bool doubled) { return doubled ? 2 * kFragmentWords : kFragmentWords; }
+
+__device__ __forceinline__ int fragment_half(int r, int kk) {  // r: row in the block, kk: k in the tile
+  const int lane = 4 * (r % 8) + (kk % 8) / 2;
+  const int j = r / 8 + 2 * (kk / 8);
+  return 2 * (4 * lane + j) + (kk & 1);
+}
+
+// The doubled layout: the word of (r, kk), holding A[r, kk] twice.
+__device__ __forceinline__ int doubled_word(int r, int kk) {
+  const int lane = 4 * (r % 8) + (kk % 8) / 2;
+  const int j = r / 8 + 2 * (kk / 8);
+  return (kk & 1) * kFragmentWords + 4 * lane + j;
+}
+
+// MUL1 (§5): value = fp16(h · KINV + KBIAS) with h = 1024 + byte sum, an integer that fp16 holds
+// exactly. The mma multiplies A by h itself (products exact in fp32, sums in fp32) and the affine
+// map is applied to the sums: Σ value·x = KINV · Σ h·x + KBIAS · Σ x. This skips the per-weight
+// fused multiply-add and its rounding (the sums are slightly more accurate than with the rounded
+// fp16 values).
+constexpr float kMul1Inv = 0.00676727294921875f;  // fp16 0x1EEE
+constexpr float kMul1Bias = -10.3828125f;         // fp16 0xC931
+
+// Trellis words travel through a per-warp ring in shared memory (cp.async, ring_stages stages of
+// kStageTiles tiles, all but one in flight): deep enough to keep HBM busy without spending
+// registers on loads in flight. One 16-byte cp.async per lane moves 512 bytes per warp. Wider
+// tiles take fewer stages (each at most 2 KiB a warp), leaving room for the staged A.
+constexpr int kStageTiles = 4;
+
+__host__ __device__ constexpr int ring_stages(int bits) { return bits <= 4 ? 4 : bits == 5 ? 3 : 2; }
+
+__host__ __device__ constexpr int ring_words(int bits) {  // per warp: at most 2 KiB
+  return ring_stages(bits) * kStageTiles * trellis::tile_words(bits);
+}
+
+// The largest k-slice whose staged A fits beside the block's rings.
+__host__ __device__ constexpr int max_tiles_per_slice(int bits, int m_blocks, bool doubled) {
+  const int fit = (kStagedWords - kRowSumWords - kWarps * ring_words(bits)) /
+                  (m_blocks * staged_words_per_tile(doubled)) /
+                  kSliceTiles * kSliceTiles;
+  return fit < kMaxTilesPerSlice ? fit : kMaxTilesPerSlice;
+}
+static_assert(max_tiles_per_slice(8, 4, false) >= kSliceTiles && max_tiles_per_slice(8, 1, true) >= kSliceTiles);
+
+// One launch serves up to kMaxProblems linears of the same input (q/k/v, gate/up): blocks
+// [block_begin, block_begin + blocks) of every slice belong to one problem.
+constexpr int kMaxProblems = 3;
+
+struct GemvProblem {
+  const __half* suh;        // linear only
+  const uint32_t* trellis;  // tiles as stream words (§4.2)
+  float* c;                 // linear: partials [slices, m, n]; bare: C [m, n]
+  int64_t n;
+  int block_begin;
+  int blocks;
+};
+
+struct GemvArgs {
+  const __half* x;          // linear: x [m, in_features]; bare: A [m, k]
+  int m;
+  int64_t in_features;
+  int64_t k;
+  int tiles_per_slice;      // multiple of kSliceTiles
+  int problems;
+  GemvProblem problem[kMaxProblems];
+};
+
+// The problem of this block (selected field by field: no indexing into the parameter array).
+__device__ __forceinline__ GemvProblem block_problem(const GemvArgs& args) {
+  const int b = static_cast<int>(blockIdx.x);
+  const bool second = args.problems > 1 && b >= args.problem[1].block_begin;
+  const bool third = args.problems > 2 && b >= args.problem[2].block_begin;
+  return third ? args.problem[2] : second ? args.problem[1] : args.problem[0];
+}
+
+// Stages the block's slice of A (zeros first, then rows < m; the caller synchronises) and, for
+// MUL1, every row's sum of the staged values. Linear: A = fp16(had128(fp16(x ⊙ suh)) / sqrt(128)),
+// inputs >= in_features as zero, one warp per (row, 128-input block), as
+// exl3_input_transform_kernel. Bare: A copied.
+template <int kMBlocks, bool kLinear, bool kDoubled, bool kRowSums>
+__device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* suh, int64_t k0, int num_tiles,
+                                            uint32_t* staged, float* row_sums) {
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+  const int warp = static_cast<int>(threadIdx.x / kWarpSize);
+  constexpr int kTileWords = staged_words_per_tile(kDoubled);
+  const int words = kMBlocks * num_tiles * kTileWords;
+  for (int i = static_cast<int>(threadIdx.x); i < words / 4; i += kThreads) {
+    reinterpret_cast<uint4*>(staged)[i] = make_uint4(0u, 0u, 0u, 0u);
+  }
+  if constexpr (kRowSums) {
+    for (int i = static_cast<int>(threadIdx.x); i < 16 * kMBlocks; i += kThreads) row_sums[i] = 0.0f;
+  }
+  __syncthreads();
+  __half* halves = reinterpret_cast<__half*>(staged);
+  const int rows = args.m < 16 * kMBlocks ? args.m : 16 * kMBlocks;
+  const int blocks = num_tiles * kTileSize / wht128::kBlock;
+  for (int job = warp; job < rows * blocks; job += kWarps) {  // uniform over the warp
+    const int row = job / blocks;
+    const int kk0 = (job % blocks) * wht128::kBlock + wht128::kPerLane * lane;
+    float v[wht128::kPerLane];
+#pragma unroll
+    for (int e = 0; e < wht128::kPerLane; ++e) {
+      const int64_t col = k0 + kk0 + e;
+      if constexpr (kLinear) {
+        v[e] = col < args.in_features ? __half2float(__hmul(args.x[row * args.in_features + col], suh[col]))
+                                      : 0.0f;
+      } else {
+        v[e] = __half2float(args.x[row * args.k + col]);
+      }
+    }
+    if constexpr (kLinear) {
+      wht128::transform(v, lane);
+#pragma unroll
+      for (int e = 0; e < wht128::kPerLane; ++e) v[e] *= wht128::kScale;
+    }
+    const int block_words = (row / 16) * num_tiles * kTileWords;
+    float sum = 0.0f;
+#pragma unroll
+    for (int e = 0; e < wht128::kPerLane; ++e) {
+      const int kk = kk0 + e;
+      const __half h = __float2half_rn(v[e]);
+      sum += __half2float(h);
+      const int tile_words = block_words + kk / kTileSize * kTileWords;
+      if constexpr (kDoubled) {
+        staged[tile_words + doubled_word(row % 16, kk % kTileSize)] = static_cast<uint32_t>(__half_as_ushort(h)) * 0x10001u;
+      } else {
+        halves[2 * tile_words + fragment_half(row % 16, kk % kTileSize)] = h;
+      }
+    }
+    if constexpr (kRowSums) {
+#pragma unroll
+      for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+      if (lane == 0) atomicAdd(&row_sums[row], sum);
+    }
+  }
+}
+
+// d += a · b for one m16n8k16 product, fp16 inputs, fp32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// Blocks per SM the registers must allow: 4 (64 registers) for one m-block, fewer where the
+// accumulators of more m-blocks need the room. Shared memory (rings and staged A, 48 KiB) allows 4.
+template <int kMBlocks>
+constexpr int blocks_per_sm() {
+  return kMBlocks == 1 ? 4 : kMBlocks == 2 ? 3 : 2;
+}
+
+template <int kBits, Codebook kCodebook, int kMBlocks, bool kLinear>
+__global__ void __launch_bounds__(kThreads, blocks_per_sm<kMBlocks>()) exl3_gemv_kernel(GemvArgs args) {
   constexpr int kWords = trellis::tile_words(kBits);
+  constexpr int kChunksPerTile = kWords / 4;  // 16-byte cp.async chunks
+  constexpr int kStageWords = kStageTiles * kWords;
+  static_assert(kSliceTiles % kStageTiles == 0);
 
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);
-  const int group = lane / 4;     // output column group (and group + 8) of the tile
-  const int in_group = lane % 4;  // tile rows 2·in_group, +1, +8, +9
+  const int group = lane / 4;     // mma groupID: A/C row, B column
+  const int in_group = lane % 4;  // mma threadID_in_group
 
-  const int64_t tiles_n = args.n / kTileSize;
-  const int64_t tn = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  const int64_t tk_begin = static_cast<int64_t>(blockIdx.y) * args.tiles_per_split;
-  const int num_tiles = static_cast<int>(
-      std::max<int64_t>(0, std::min(args.tiles_per_split, args.k / kTileSize - tk_begin)));
+  const GemvProblem pr = block_problem(args);
+  const int64_t tiles_n = pr.n / kTileSize;
+  const int64_t tk_begin = static_cast<int64_t>(blockIdx.y) * args.tiles_per_slice;
+  // k is a multiple of 128, so every slice holds a multiple of kSliceTiles tiles.
+  const int num_tiles = static_cast<int>(std::min<int64_t>(args.tiles_per_slice, args.k / kTileSize - tk_begin));
+  // The warps of all blocks of a slice take its n-tiles in turn: warp w of the slice handles
+  // n-tiles w, w + W, w + 2W, ... (W warps per slice), each over the whole slice.
+  const int64_t slice_warps = static_cast<int64_t>(pr.blocks) * kWarps;
+  const int64_t first_tn = static_cast<int64_t>(static_cast<int>(blockIdx.x) - pr.block_begin) * kWarps + warp;
+  const int my_tiles_n = first_tn < tiles_n ? static_cast<int>((tiles_n - 1 - first_tn) / slice_warps + 1) : 0;
 
-  // The block's k-slice of A as fp32 pairs, shared by all warps: x[r][q] = A[r, k0 + 2q .. +1].
-  __shared__ float2 x[kMaxRows][kSlicePairs];
-  const int slice_pairs = num_tiles * kTileSize / 2;
-  for (int idx = static_cast<int>(threadIdx.x); idx < args.m * slice_pairs; idx += kThreads) {
-    const int r = idx / slice_pairs;
-    const int q = idx % slice_pairs;
-    const __half* src = args.a + r * args.k + tk_begin * kTileSize + 2 * q;
-    x[r][q] = half2_bits_to_float2(__ldg(reinterpret_cast<const unsigned int*>(src)));
+  constexpr bool kDoubled = doubled_k<kCodebook, kMBlocks>();
+  constexpr bool kMul1 = kCodebook == Codebook::kMul1;
+  constexpr int kTileFrags = staged_words_per_tile(kDoubled) / 4;  // uint4 per staged tile
+  constexpr int kStages = ring_stages(kBits);
+  __shared__ __align__(16) uint32_t ring[kWarps][ring_words(kBits)];
+  __shared__ __align__(16) uint32_t staged[kMBlocks * max_tiles_per_slice(kBits, kMBlocks, kDoubled) * kFragmentWords *
+                                           (kDoubled ? 2 : 1)];
+  __shared__ float row_sums[kMul1 ? 16 * kMBlocks : 1];
+
+  // One stream of stages per warp: kStageTiles k-tiles of one n-tile each, n-tile after n-tile.
+  // The ring slot of stage s is s % kStages; the loop below runs kStages stages per iteration so
+  // that every slot offset is a constant and every address an immediate from a per-lane base.
+  const int stages_per_tn = num_tiles / kStageTiles;
+  const int num_stages = stages_per_tn * my_tiles_n;
+  // Offsets within a slice stay below 2^32 words (checked at launch).
+  const uint32_t* column = pr.trellis + (tk_begin * tiles_n + first_tn) * kWords;
+  const auto tile_stride = static_cast<uint32_t>(tiles_n * kWords);
+  const uint32_t stage_stride = kStageTiles * tile_stride;
+  // From the end of one n-tile's column to the start of the warp's next n-tile.
+  const int64_t next_tn_jump = slice_warps * kWords - static_cast<int64_t>(stages_per_tn) * stage_stride;
+  // This lane's 16-byte chunks of a stage: addresses of the next stage to issue, and offsets in
+  // a ring slot.
+  constexpr int kChunks = kStageTiles * kChunksPerTile;
+  constexpr int kChunksPerLane = (kChunks + kWarpSize - 1) / kWarpSize;
+  const uint32_t* src[kChunksPerLane];
+  uint32_t* dst[kChunksPerLane];
+#pragma unroll
+  for (int c = 0; c < kChunksPerLane; ++c) {
+    const int chunk = (lane + c * kWarpSize) % kChunks;
+    const int i = chunk / kChunksPerTile;
+    const int word = (chunk % kChunksPerTile) * 4;
+    src[c] = column + static_cast<uint32_t>(i) * tile_stride + static_cast<uint32_t>(word);
+    dst[c] = ring[warp] + i * kWords + word;
   }
+  int issued_in_tn = 0;  // stages of the current n-tile issued so far
+  const auto issue = [&](int slot) {  // the next stage, into `slot`
+#pragma unroll
+    for (int c = 0; c < kChunksPerLane; ++c) {
+      if (kChunks % kWarpSize == 0 || lane + c * kWarpSize < kChunks) cp_async16(dst[c] + slot * kStageWords, src[c]);
+      src[c] += stage_stride;
+    }
+    if (++issued_in_tn == stages_per_tn) {
+      issued_in_tn = 0;
+#pragma unroll
+      for (int c = 0; c < kChunksPerLane; ++c) src[c] += next_tn_jump;
+    }
+  };
+  // The first stages are in flight while the block stages its slice of A.
+#pragma unroll
+  for (int stage = 0; stage < kStages - 1; ++stage) {
+    if (stage < num_stages) issue(stage);
+    cp_async_commit();
+  }
+
+  stage_slice<kMBlocks, kLinear, kDoubled, kMul1>(args, pr.suh, tk_begin * kTileSize, num_tiles, staged, row_sums);
   __syncthreads();
 
   const trellis::LaneWindow window = trellis::lane_window<kBits>(lane);
-  const uint32_t* tile = args.trellis + (tk_begin * tiles_n + tn) * kWords;
-  const int64_t tile_stride = tiles_n * kWords;
-
-  // acc[r][0]: column group, acc[r][1]: column group + 8, partial over this lane's rows.
-  float acc[kMaxRows][2];
+  const uint32_t* win0 = ring[warp] + window.word0;
+  const uint32_t* win1 = ring[warp] + window.word1;
+  const uint32_t* win2 = ring[warp] + window.word2;
+  const uint4* const frags_begin = reinterpret_cast<const uint4*>(staged) + lane;
+  const uint4* frags = frags_begin;
+  float acc[kMBlocks][2][4];
 #pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) acc[r][0] = acc[r][1] = 0.0f;
-
-#pragma unroll 4
-  for (int i = 0; i < num_tiles; ++i) {
-    const uint32_t* words = tile + i * tile_stride;
-    uint32_t w[3] = {__ldg(words + window.word0), __ldg(words + window.word1), 0u};
-    if constexpr (trellis::window_words<kBits>() > 2) w[2] = __ldg(words + window.word2);
-    uint32_t b[4];
-    trellis::decode_lane<kBits, kCodebook>(w, window.shift, b);
-    float2 wf[4];
+  for (int mb = 0; mb < kMBlocks; ++mb) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) wf[j] = half2_bits_to_float2(b[j]);
-
-    const int q = i * kTileSize / 2 + in_group;
-#pragma unroll
-    for (int r = 0; r < kMaxRows; ++r) {
-      if (r >= args.m) break;
-      const float2 x_lo = x[r][q];      // tile rows 2t, 2t+1
-      const float2 x_hi = x[r][q + 4];  // tile rows 2t+8, 2t+9
-      float s0 = acc[r][0];
-      s0 = fmaf(wf[0].x, x_lo.x, s0);
-      s0 = fmaf(wf[0].y, x_lo.y, s0);
-      s0 = fmaf(wf[1].x, x_hi.x, s0);
-      s0 = fmaf(wf[1].y, x_hi.y, s0);
-      acc[r][0] = s0;
-      float s1 = acc[r][1];
-      s1 = fmaf(wf[2].x, x_lo.x, s1);
-      s1 = fmaf(wf[2].y, x_lo.y, s1);
-      s1 = fmaf(wf[3].x, x_hi.x, s1);
-      s1 = fmaf(wf[3].y, x_hi.y, s1);
-      acc[r][1] = s1;
-    }
+    for (int i = 0; i < 8; ++i) acc[mb][i / 4][i % 4] = 0.0f;
   }
+  int64_t tn = first_tn;
+  int done_in_tn = 0;  // stages of the current n-tile consumed
 
-  // The 4 lanes of a group hold disjoint rows of the same two columns.
+  // C fragment: registers 0, 1 at (row group, columns 2·in_group + 0, 1), 2, 3 at row group + 8.
+  const auto store = [&]() {
 #pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) {
+    for (int mb = 0; mb < kMBlocks; ++mb) {
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float v = acc[r][half];
-      v += __shfl_xor_sync(0xFFFFFFFFu, v, 1);
-      v += __shfl_xor_sync(0xFFFFFFFFu, v, 2);
-      acc[r][half] = v;
+      for (int half = 0; half < 2; ++half) {
+        const int64_t col = tn * kTileSize + half * 8 + 2 * in_group;
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = mb * 16 + group + 8 * r;
+          if (row >= args.m) continue;
+          float v0 = acc[mb][half][2 * r], v1 = acc[mb][half][2 * r + 1];
+          if constexpr (kMul1) {
+            const float bias = kMul1Bias * row_sums[row];
+            v0 = fmaf(kMul1Inv, v0, bias);
+            v1 = fmaf(kMul1Inv, v1, bias);
+          }
+          if constexpr (kLinear) {
+            float* out = pr.c + (static_cast<int64_t>(blockIdx.y) * args.m + row) * pr.n + col;
+            *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+          } else {
+            float* out = pr.c + row * pr.n + col;
+            atomicAdd(out, v0);
+            atomicAdd(out + 1, v1);
+          }
+        }
+      }
     }
-  }
-  if (in_group != 0) return;
+  };
+
+  for (int base = 0; base < num_stages; base += kStages) {
 #pragma unroll
-  for (int r = 0; r < kMaxRows; ++r) {
-    if (r >= args.m) break;
+    for (int slot = 0; slot < kStages; ++slot) {
+      const int stage = base + slot;
+      if (stage >= num_stages) break;
+      // Stage `stage` has landed for this lane; the warp barrier publishes every lane's copies and
+      // ends all reads of the slot the next issue overwrites (read one stage ago).
+      cp_async_wait<kStages - 2>();
+      __syncwarp();
+      if (stage + kStages - 1 < num_stages) issue((slot + kStages - 1) % kStages);
+      cp_async_commit();
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float* dst = args.c + r * args.n + tn * kTileSize + group + 8 * half;
-      if (args.accumulate) {
-        atomicAdd(dst, acc[r][half]);
-      } else {
-        *dst = acc[r][half];
+      for (int i = 0; i < kStageTiles; ++i) {
+        const int at = slot * kStageWords + i * kWords;
+        uint32_t w[3] = {win0[at], win1[at], 0u};
+        if constexpr (trellis::window_words<kBits>() > 2) w[2] = win2[at];
+        uint32_t st[trellis::kPositionsPerLane];
+        trellis::lane_states<kBits>(w, window.shift, st);
+        if constexpr (kDoubled) {
+          // Position j of the lane: k row 2t + (j & 1) + 8·(j >> 1 & 1), column group + 8·(j >> 2).
+          uint32_t hv[trellis::kPositionsPerLane];
+#pragma unroll
+          for (int j = 0; j < trellis::kPositionsPerLane; ++j) hv[j] = trellis::decode_halves<kCodebook>(st[j]);
+#pragma unroll
+          for (int odd = 0; odd < 2; ++odd) {
+            const uint4 frag = frags[i * kTileFrags + odd * kWarpSize];
+            const uint32_t a[4] = {frag.x, frag.y, frag.z, frag.w};
+            mma_16816(acc[0][0], a, hv[odd], hv[odd + 2]);
+            mma_16816(acc[0][1], a, hv[odd + 4], hv[odd + 6]);
+          }
+        } else {
+          uint32_t b[4];
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            b[j] = kMul1 ? trellis::mul1_codes(st[2 * j], st[2 * j + 1])
+                         : trellis::decode_pair<kCodebook>(st[2 * j], st[2 * j + 1]);
+          }
+#pragma unroll
+          for (int mb = 0; mb < kMBlocks; ++mb) {
+            const uint4 frag = frags[(mb * num_tiles + i) * kTileFrags];
+            const uint32_t a[4] = {frag.x, frag.y, frag.z, frag.w};
+            mma_16816(acc[mb][0], a, b[0], b[1]);
+            mma_16816(acc[mb][1], a, b[2], b[3]);
+          }
+        }
+      }
+      frags += kStageTiles * kTileFrags;
+      if (++done_in_tn == stages_per_tn) {
+        store();
+        done_in_tn = 0;
+        frags = frags_begin;
+        tn += slice_warps;
+#pragma unroll
+        for (int mb = 0; mb < kMBlocks; ++mb) {
+#pragma unroll
+          for (int i = 0; i < 8; ++i) acc[mb][i / 4][i % 4] = 0.0f;
+        }
       }
     }
   }
+  cp_async_wait<0>();
+}
+
+// m-blocks of 16 rows the kernel instance for m runs, and its resident blocks per SM.
+int m_blocks(int64_t m) { return static_cast<int>((m + 15) / 16); }
+bool doubled(Codebook codebook, int64_t m) { return codebook != Codebook::kMul1 && m_blocks(m) == 1; }
+int resident_blocks(int64_t m) {
+  return m_blocks(m) == 1 ? blocks_per_sm<1>() : m_blocks(m) == 2 ? blocks_per_sm<2>() : blocks_per_sm<3>();
+}
+
+// The launch shape: k-slices of tiles_per_slice tiles (whole kSliceTiles groups, at most
+// max_tiles, at most max_slices slices) and blocks per slice, whose warps share the slice's
+// n-tiles. Chosen to keep every resident warp busy until the end: the cost of a warp is its
+// rounds of n-tiles times the slice length plus a fixed setup (staging A, the pipeline's fill),
+// worth about kSetupGroups groups of tiles, plus the summing of the slices after it.
+struct GemvGrid {
+  int64_t tiles_per_slice = 0;
+  int64_t slices = 0;
+  int64_t blocks_per_slice = 0;
+};
+
+constexpr double kSetupGroups = 1.5;
+constexpr double kSliceGroups = 0.05;
+
+GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, int blocks_per_sm, int64_t max_slices,
+                   int max_tiles) {
+  const int64_t groups = k_tiles / kSliceTiles;
+  const int64_t resident = int64_t{blocks_per_sm} * sm_count;
+  const int64_t fewest = (k_tiles + max_tiles - 1) / max_tiles;
+  const int64_t most_blocks = (n_tiles + kWarps - 1) / kWarps;
+  GemvGrid best;
+  double best_score = -1.0;
+  for (int64_t per = (groups + fewest - 1) / fewest; per >= 1; --per) {
+    const int64_t slices = (groups + per - 1) / per;
+    if (slices > max_slices) break;
+    const int64_t blocks = std::clamp<int64_t>(resident / slices, 1, most_blocks);
+    const int64_t rounds = (n_tiles + blocks * kWarps - 1) / (blocks * kWarps);
+    // The output transform reads every slice's partials: about kSliceGroups groups' worth a slice.
+    const double cost = static_cast<double>(rounds * per) + kSetupGroups + kSliceGroups * static_cast<double>(slices);
+    const double score = static_cast<double>(n_tiles * groups) / (static_cast<double>(resident * kWarps) * cost);
+    if (score > best_score * 1.02) {
+      best_score = score;
+      best = {per * kSliceTiles, slices, blocks};
+    }
+  }
+  return best;
+}
+
+// Shares the plan's blocks per slice out to the problems in proportion to their n-tiles (at least
+// one each) and fills in block_begin / blocks.
+int assign_blocks(GemvArgs& args, const GemvGrid& plan) {
+  int64_t total_tiles = 0;
+  for (int i = 0; i < args.problems; ++i) total_tiles += args.problem[i].n / kTileSize;
+  int begin = 0;
+  for (int i = 0; i < args.problems; ++i) {
+    const int64_t tiles = args.problem[i].n / kTileSize;
+    const int64_t blocks = std::clamp<int64_t>((plan.blocks_per_slice * tiles + total_tiles - 1) / total_tiles, 1,
+                                               (tiles + kWarps - 1) / kWarps);
+    args.problem[i].block_begin = begin;
+    args.problem[i].blocks = static_cast<int>(blocks);
+    begin += static_cast<int>(blocks);
+  }
+  return begin;
+}
+
+template <bool kLinear>
+void launch(GemvArgs args, int bits, Codebook codebook, const GemvGrid& plan, cudaStream_t stream) {
+  const int blocks = assign_blocks(args, plan);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices));
+  const bool known = trellis::dispatch_format(bits, codebook, [&]<int kBits, Codebook kCodebook>() {
+    switch (m_blocks(args.m)) {
+      case 1: exl3_gemv_kernel<kBits, kCodebook, 1, kLinear><<<grid, kThreads, 0, stream>>>(args); break;
+      case 2: exl3_gemv_kernel<kBits, kCodebook, 2, kLinear><<<grid, kThreads, 0, stream>>>(args); break;
+      case 3: exl3_gemv_kernel<kBits, kCodebook, 3, kLinear><<<grid, kThreads, 0, stream>>>(args); break;
+      default: exl3_gemv_kernel<kBits, kCodebook, 4, kLinear><<<grid, kThreads, 0, stream>>>(args); break;
+    }
+  });
+  EXL3_CHECK(known, "unknown codebook ", static_cast<int>(codebook));
+  EXL3_CUDA_CHECK_LAUNCH();
+}
+
+void check_gemv_shape(int64_t m, int64_t k, int64_t n, int bits, int sm_count) {
+  EXL3_CHECK(m >= 1 && m <= kGemvMaxRows, "m must be in 1..", kGemvMaxRows, ", got ", m);
+  EXL3_CHECK(k > 0 && k % 128 == 0, "k must be a positive multiple of 128, got ", k);
+  EXL3_CHECK(n > 0 && n % 128 == 0, "n must be a positive multiple of 128, got ", n);
+  EXL3_CHECK(bits >= 1 && bits <= 8, "bits must be in 1..8, got ", bits);
+  EXL3_CHECK(sm_count > 0, "sm_count must be positive, got ", sm_count);
+  EXL3_CHECK(n / kTileSize <= std::numeric_limits<int32_t>::max(), "n too large: ", n);
+  EXL3_CHECK(k / 16 * (n / 16) * 8 * bits <= std::numeric_limits<uint32_t>::max(), "trellis of k=", k, " n=", n,
+             " K=", bits, " exceeds 2^32 words");
 }
 
 }  // namespace
 
 void launch_exl3_gemv(const Exl3GemmParams& p, int sm_count, cudaStream_t stream) {
-  EXL3_CHECK(p.m >= 1 && p.m <= kGemvMaxRows, "m must be in 1..", kGemvMaxRows, ", got ", p.m);
-  EXL3_CHECK(p.k > 0 && p.k % 128 == 0, "k must be a positive multiple of 128, got ", p.k);
-  EXL3_CHECK(p.n > 0 && p.n % 128 == 0, "n must be a positive multiple of 128, got ", p.n);
-  EXL3_CHECK(p.bits >= 1 && p.bits <= 8, "bits must be in 1..8, got ", p.bits);
+  check_gemv_shape(p.m, p.k, p.n, p.bits, sm_count);
   EXL3_CHECK(p.a != nullptr && p.trellis != nullptr && p.c != nullptr, "null pointer");
-  EXL3_CHECK(reinterpret_cast<uintptr_t>(p.a) % 16 == 0, "a must be 16-byte aligned");
   EXL3_CHECK(reinterpret_cast<uintptr_t>(p.trellis) % 16 == 0, "trellis must be 16-byte aligned");
-  EXL3_CHECK(sm_count > 0, "sm_count must be positive, got ", sm_count);
+  const GemvGrid plan = plan_grid(p.n / kTileSize, p.k / kTileSize, sm_count, resident_blocks(p.m), 65535,
+                                  max_tiles_per_slice(p.bits, m_blocks(p.m), doubled(p.codebook, p.m)));
+  EXL3_CUDA_CHECK(cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.m * p.n) * sizeof(float), stream));
+  GemvArgs args{};
+  args.x = p.a;
+  args.m = static_cast<int>(p.m);
+  args.in_features = p.k;
+  args.k = p.k;
+  args.tiles_per_slice = static_cast<int>(plan.tiles_per_slice);
+  args.problems = 1;
+  args.problem[0] = {nullptr, reinterpret_cast<const uint32_t*>(p.trellis), p.c, p.n, 0, 0};
+  launch<false>(args, p.bits, p.codebook, plan, stream);
+}
 
-  const int64_t col_blocks = p.n / kBlockCols;
-  const int64_t k_tiles = p.k / kTileSize;
-  const int64_t wanted = (int64_t{kBlocksPerSm} * sm_count + col_blocks - 1) / col_blocks;
-  const int64_t max_splits = std::max<int64_t>(1, k_tiles / kMinTilesPerSplit);
-  const int64_t min_splits = (k_tiles + kMaxTilesPerSplit - 1) / kMaxTilesPerSplit;
-  const int64_t target_splits = std::max(min_splits, std::min(wanted, max_splits));
-  const int64_t per_split = (k_tiles + target_splits - 1) / target_splits;
-  const int64_t splits = (k_tiles + per_split - 1) / per_split;
-  EXL3_CHECK(splits <= 65535 && col_blocks <= std::numeric_limits<int32_t>::max(),
-             "k or n too large: k=", p.k, " n=", p.n);
+namespace {
 
-  EXL3_CHECK(per_split <= kMaxTilesPerSplit, "internal: split of ", per_split, " k-tiles");
-  const GemvArgs args{p.a, reinterpret_cast<const uint32_t*>(p.trellis), p.c, static_cast<int>(p.m),
-                      p.k, p.n, per_split, splits > 1};
-  if (args.accumulate) {
-    EXL3_CUDA_CHECK(cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.m * p.n) * sizeof(float), stream));
+// The grouped linear's common shape: m, k, in_features, bits and codebook of every problem agree.
+bool same_kind(std::span<const Exl3LinearParams> ps) {
+  for (const Exl3LinearParams& p : ps) {
+    if (p.m != ps[0].m || p.k != ps[0].k || p.in_features != ps[0].in_features || p.bits != ps[0].bits ||
+        p.codebook != ps[0].codebook || p.x != ps[0].x) {
+      return false;
+    }
   }
-  const dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(splits));
-  const bool known = trellis::dispatch_format(p.bits, p.codebook, [&]<int kBits, Codebook kCodebook>() {
-    exl3_gemv_kernel<kBits, kCodebook><<<grid, kThreads, 0, stream>>>(args);
-  });
-  EXL3_CHECK(known, "unknown codebook ", static_cast<int>(p.codebook));
-  EXL3_CUDA_CHECK_LAUNCH();
+  return true;
+}
+
+int64_t total_columns(std::span<const Exl3LinearParams> ps) {
+  int64_t n = 0;
+  for (const Exl3LinearParams& p : ps) n += p.n;
+  return n;
+}
+
+}  // namespace
+
+bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch_floats) {
+  if (ps.empty() || static_cast<int>(ps.size()) > kMaxProblems || !same_kind(ps)) return false;
+  const Exl3LinearParams& p = ps[0];
+  if (p.m < 1 || p.m > kGemvMaxRows || p.k <= 0 || p.n <= 0) return false;
+  const int64_t k_tiles = p.k / kTileSize;
+  const int max_tiles = max_tiles_per_slice(p.bits, m_blocks(p.m), doubled(p.codebook, p.m));
+  const int64_t min_slices = (k_tiles + max_tiles - 1) / max_tiles;
+  return scratch_floats >= min_slices * p.m * total_columns(ps);
+}
+
+bool exl3_gemv_linear_fits(const Exl3LinearParams& p) {
+  return exl3_gemv_linears_fit(std::span<const Exl3LinearParams>(&p, 1), std::max(p.scratch_c_floats, p.m * p.n));
+}
+
+void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scratch, int64_t scratch_floats,
+                              GemvEpilogue epilogue, int sm_count, cudaStream_t stream) {
+  EXL3_CHECK(!ps.empty() && static_cast<int>(ps.size()) <= kMaxProblems, "1..", kMaxProblems, " linears, got ",
+             ps.size());
+  EXL3_CHECK(same_kind(ps), "grouped linears must share x, m, k, in_features, bits and codebook");
+  EXL3_CHECK(epilogue != GemvEpilogue::kSiluMul || ps.size() == 2, "silu-mul takes gate and up");
+  const Exl3LinearParams& p0 = ps[0];
+  for (const Exl3LinearParams& p : ps) {
+    check_gemv_shape(p.m, p.k, p.n, p.bits, sm_count);
+    EXL3_CHECK(reinterpret_cast<uintptr_t>(p.trellis) % 16 == 0, "trellis must be 16-byte aligned");
+  }
+  const int64_t columns = total_columns(ps);
+  const int64_t max_slices = std::min<int64_t>(65535, scratch_floats / (p0.m * columns));
+  const GemvGrid plan = plan_grid(columns / kTileSize, p0.k / kTileSize, sm_count, resident_blocks(p0.m), max_slices,
+                                  max_tiles_per_slice(p0.bits, m_blocks(p0.m), doubled(p0.codebook, p0.m)));
+  EXL3_CHECK(plan.slices >= 1 && plan.slices <= max_slices, "scratch (", scratch_floats,
+             " floats) cannot hold the partial products of [", p0.m, ", ", columns, "] these linears need");
+  GemvArgs args{};
+  args.x = p0.x;
+  args.m = static_cast<int>(p0.m);
+  args.in_features = p0.in_features;
+  args.k = p0.k;
+  args.tiles_per_slice = static_cast<int>(plan.tiles_per_slice);
+  args.problems = static_cast<int>(ps.size());
+  float* partials = scratch;
+  GemvOutputArgs out{};
+  out.m = p0.m;
+  out.slices = plan.slices;
+  out.outputs = args.problems;
+  out.epilogue = epilogue;
+  for (int i = 0; i < args.problems; ++i) {
+    const Exl3LinearParams& p = ps[static_cast<size_t>(i)];
+    args.problem[i] = {p.suh, reinterpret_cast<const uint32_t*>(p.trellis), partials, p.n, 0, 0};
+    out.output[i] = {partials, p.svh, p.bias, p.y, p.y_f32, p.n, p.out_features};
+    partials += plan.slices * p.m * p.n;
+  }
+  launch<true>(args, p0.bits, p0.codebook, plan, stream);
+  launch_gemv_output(out, stream);
+}
+
+void launch_exl3_gemv_linear(const Exl3LinearParams& p, int sm_count, cudaStream_t stream) {
+  launch_exl3_gemv_linears(std::span<const Exl3LinearParams>(&p, 1), p.scratch_c,
+                           std::max(p.scratch_c_floats, p.m * p.n), GemvEpilogue::kStore, sm_count, stream);
 }
 
 }  // namespace exl3

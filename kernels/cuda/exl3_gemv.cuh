@@ -1,20 +1,72 @@
-// Internal to the EXL3 GEMM (exl3_gemm.cu): the CUDA-core GEMV path for m = 1..kGemvMaxRows.
+// Internal to the EXL3 linear (exl3_gemm.cu, exl3_linear.cu): the decode-bound path for few rows,
+// m = 1..kGemvMaxRows (exl3_gemv.cu says how it spends its instructions).
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/cuda/exl3_linear.cuh"
 
 namespace exl3 {
 
-constexpr int64_t kGemvMaxRows = 4;
+constexpr int64_t kGemvMaxRows = 64;
 
-// C = A · Wq for 1 <= m <= kGemvMaxRows without tensor cores: every lane decodes its 8 weights of
-// a tile (exl3_tile.cuh) and accumulates their products with A in fp32. Contract as
-// launch_exl3_gemm plus m in 1..kGemvMaxRows (EXL3_CHECK); sm_count is the device's SM count (it
-// sizes the split-K). Asynchronous on `stream`; with split-K, C is zeroed with cudaMemsetAsync.
+// C = A · Wq for 1 <= m <= kGemvMaxRows (A already transformed). Contract as launch_exl3_gemm
+// plus m in 1..kGemvMaxRows (EXL3_CHECK); sm_count is the device's SM count (it sizes the
+// split-K). Split-K slices add into C with fp32 atomics after a cudaMemsetAsync of C, so sums may
+// differ from run to run in the last bits.
+// Asynchronous on `stream`.
 void launch_exl3_gemv(const Exl3GemmParams& p, int sm_count, cudaStream_t stream);
+
+// The whole linear for 1 <= m <= kGemvMaxRows in two launches: the GEMV applies the input
+// transform to its own k-slice of x (no separate pass, no scratch_a) and writes one partial
+// product per k-slice into scratch_c viewed as F32 [slices, m, n] (no memset, no atomics, the same
+// result on every run); the output transform sums the slices. Contract as launch_exl3_linear plus
+// m in 1..kGemvMaxRows and p.scratch_c_floats >= m·n. Asynchronous on `stream`.
+void launch_exl3_gemv_linear(const Exl3LinearParams& p, int sm_count, cudaStream_t stream);
+
+// Whether scratch_c (p.scratch_c_floats, 0 = m·n) has room for the fewest k-slices
+// launch_exl3_gemv_linear may use for this shape (m in 1..kGemvMaxRows).
+bool exl3_gemv_linear_fits(const Exl3LinearParams& p);
+
+// What the output transform does with each value v = had128(Σ slices)[j] / sqrt(128) · svh[j]
+// (+ bias[j]) of a grouped linear (exl3_gemv_output.cu):
+//   kStore:       y[row, j] = v, rounded once to y's dtype (F16 or F32), as launch_exl3_linear;
+//   kAddResidual: y F32 (a residual stream) += v in fp32, as a linear into F32 and then add();
+//   kSiluMul:     two linears (gate, up) of equal width; the first's y (F16) receives
+//                 fp16(silu(g) · u) of the fp16-rounded g and u, as two linears and then silu_mul().
+enum class GemvEpilogue { kStore, kAddResidual, kSiluMul };
+
+// Up to 3 linears of the same x (same m, k, in_features, bits, codebook; each its own trellis,
+// suh, svh, bias, n, out_features, y) in one GEMV launch and one output launch, with their partial
+// products in `scratch` (scratch_floats floats, shared by all; the params' scratch fields are not
+// used). Use exl3_gemv_linears_fit first; the launcher checks it again (EXL3_CHECK).
+void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scratch, int64_t scratch_floats,
+                              GemvEpilogue epilogue, int sm_count, cudaStream_t stream);
+bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch_floats);
+
+// ---- internal to exl3_gemv.cu / exl3_gemv_output.cu ----------------------------------------------
+
+struct GemvOutput {
+  const float* c;       // partials [slices, m, n]
+  const __half* svh;    // [n]
+  const float* bias;    // [out_features] or null
+  void* y;              // [m, out_features]
+  bool y_f32;
+  int64_t n;
+  int64_t out_features;
+};
+
+struct GemvOutputArgs {
+  int64_t m = 0;
+  int64_t slices = 0;
+  int outputs = 0;
+  GemvEpilogue epilogue = GemvEpilogue::kStore;
+  GemvOutput output[3];
+};
+
+void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream);
 
 }  // namespace exl3

@@ -1,14 +1,18 @@
 // CUDA EXL3 linear (exl3-format.md §3, §7): input transform (x ⊙ suh, 128-point WHT) into the
 // fp16 scratch A, the on-the-fly trellis GEMM into the fp32 scratch C, output transform (WHT,
-// ⊙ svh, + bias) into y. One warp per 128-element block in both transforms.
+// ⊙ svh, + bias) into y. One warp per 128-element block in both transforms. m <= kGemvMaxRows
+// takes the few-rows path's two-launch linear (exl3_gemv.cuh), which does the input transform
+// itself, when scratch_c has room for its partial products.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/exl3_linear.cuh"
+#include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
 
 namespace exl3 {
@@ -47,11 +51,14 @@ __global__ void exl3_input_transform_kernel(const __half* __restrict__ x,
 // y[row, j] = had128(c[row, :])[j] / sqrt(128) · svh[j] (+ bias[j]) for j < out_features, all in
 // fp32 and rounded once to the output type. (ExLlamaV3 rounds to fp16 before multiplying by svh in
 // fp16; keeping fp32 until the end is at least as accurate and differs at fp16-rounding level.)
+// c may hold several partial products (GEMV k-slices) `slice_stride` floats apart: summed first,
+// in slice order.
 template <typename Out>
 __global__ void exl3_output_transform_kernel(const float* __restrict__ c,
                                              const __half* __restrict__ svh,
                                              const float* __restrict__ bias, Out* __restrict__ y,
-                                             int64_t num_blocks, int64_t out_features, int64_t n) {
+                                             int64_t num_blocks, int64_t out_features, int64_t n,
+                                             int64_t slices, int64_t slice_stride) {
   const int64_t block =
       static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
   if (block >= num_blocks) return;
@@ -60,7 +67,14 @@ __global__ void exl3_output_transform_kernel(const float* __restrict__ c,
   const int64_t row = block / blocks_per_row;
   const int64_t col0 = (block % blocks_per_row) * kBlock + wht128::kPerLane * lane;
 
-  const float4 in = *reinterpret_cast<const float4*>(c + row * n + col0);
+  float4 in = *reinterpret_cast<const float4*>(c + row * n + col0);
+  for (int64_t s = 1; s < slices; ++s) {
+    const float4 more = *reinterpret_cast<const float4*>(c + s * slice_stride + row * n + col0);
+    in.x += more.x;
+    in.y += more.y;
+    in.z += more.z;
+    in.w += more.w;
+  }
   float v[wht128::kPerLane] = {in.x, in.y, in.z, in.w};
   wht128::transform(v, lane);
 #pragma unroll
@@ -111,16 +125,23 @@ void launch_exl3_input_transform(const Exl3LinearParams& p, cudaStream_t stream)
 }
 
 void launch_exl3_output_transform(const Exl3LinearParams& p, cudaStream_t stream) {
+  launch_exl3_output_transform_slices(p, 1, stream);
+}
+
+void launch_exl3_output_transform_slices(const Exl3LinearParams& p, int64_t slices, cudaStream_t stream) {
   check_linear_params(p);
+  EXL3_CHECK(slices >= 1 && slices * p.m * p.n <= std::max(p.scratch_c_floats, p.m * p.n), "output transform: ",
+             slices, " slices of [", p.m, ", ", p.n, "] do not fit scratch_c (", p.scratch_c_floats, " floats)");
   if (p.m == 0) return;
   const int64_t out_blocks = p.m * (p.n / kBlock);
   const unsigned grid = warp_grid(out_blocks);
+  const int64_t stride = p.m * p.n;
   if (p.y_f32) {
     exl3_output_transform_kernel<float><<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(
-        p.scratch_c, p.svh, p.bias, static_cast<float*>(p.y), out_blocks, p.out_features, p.n);
+        p.scratch_c, p.svh, p.bias, static_cast<float*>(p.y), out_blocks, p.out_features, p.n, slices, stride);
   } else {
     exl3_output_transform_kernel<__half><<<grid, kWarpsPerBlock * kWarpSize, 0, stream>>>(
-        p.scratch_c, p.svh, p.bias, static_cast<__half*>(p.y), out_blocks, p.out_features, p.n);
+        p.scratch_c, p.svh, p.bias, static_cast<__half*>(p.y), out_blocks, p.out_features, p.n, slices, stride);
   }
   EXL3_CUDA_CHECK_LAUNCH();
 }
@@ -128,6 +149,12 @@ void launch_exl3_output_transform(const Exl3LinearParams& p, cudaStream_t stream
 void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream) {
   check_linear_params(p);
   if (p.m == 0) return;
+  if (p.m <= kGemvMaxRows && exl3_gemv_linear_fits(p)) {
+    Exl3LinearParams q = p;
+    q.scratch_c_floats = std::max(p.scratch_c_floats, p.m * p.n);
+    launch_exl3_gemv_linear(q, device_sm_count(), stream);
+    return;
+  }
   launch_exl3_input_transform(p, stream);
   Exl3GemmParams gemm;
   gemm.a = p.scratch_a;

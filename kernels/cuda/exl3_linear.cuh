@@ -24,9 +24,9 @@ struct Exl3GemmParams {
 };
 
 // Contract (EXL3_CHECK at entry): m >= 0 (m == 0 launches nothing), k, n > 0 and multiples of
-// 128; bits in 1..8; pointers non-null device pointers, a and trellis 16-byte aligned. m 1..4 takes
-// a CUDA-core GEMV (exl3_gemv.cu), m 5..16 one tensor-core (mma) pass that streams the trellis once,
-// larger m the mma path reusing each decoded tile for several row blocks.
+// 128; bits in 1..8; pointers non-null device pointers, a and trellis 16-byte aligned. m 1..64 takes
+// the few-rows path (exl3_gemv.cu: one pass over the trellis, instruction-lean decode, products on
+// the tensor cores), larger m the mma path reusing each decoded tile for 128 rows.
 // Every (bits, codebook) pair is instantiated from one list. Asynchronous on `stream`.
 void launch_exl3_gemm(const Exl3GemmParams& p, cudaStream_t stream);
 
@@ -47,6 +47,9 @@ struct Exl3LinearParams {
   bool y_f32 = false;
   __half* scratch_a = nullptr;
   float* scratch_c = nullptr;
+  // Capacity of scratch_c in floats (at least m·n; 0 reads as m·n). More room lets the GEMV path
+  // (m <= 4) keep one partial product per k-slice there instead of adding them with atomics.
+  int64_t scratch_c_floats = 0;
 };
 
 // Contract: as launch_exl3_gemm plus in_features in 1..k, out_features in 1..n. Numerics follow
@@ -61,5 +64,11 @@ void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream);
 // Same contract as launch_exl3_linear.
 void launch_exl3_input_transform(const Exl3LinearParams& p, cudaStream_t stream);
 void launch_exl3_output_transform(const Exl3LinearParams& p, cudaStream_t stream);
+// The output transform of `slices` partial products in scratch_c (F32 [slices, m, n], summed in
+// slice order first); slices · m · n must fit p.scratch_c_floats.
+void launch_exl3_output_transform_slices(const Exl3LinearParams& p, int64_t slices, cudaStream_t stream);
+
+// The current device's SM count (cached per device; safe while a stream is being captured).
+int device_sm_count();
 
 }  // namespace exl3

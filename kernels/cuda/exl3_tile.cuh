@@ -53,9 +53,55 @@ __device__ __forceinline__ LaneWindow lane_window(int lane) {
 // The lane's 8 states (positions 8l .. 8l+7) from its window words w[0..window_words-1]. The
 // window is first shifted so that it starts at a word boundary; after that every state sits at a
 // compile-time bit offset j·bits.
+// When 8·bits is a multiple of 32 (bits 4 and 8) every lane's window starts at the same bit of
+// its first word, so the shift is a compile-time constant and the extraction below folds into
+// byte permutes.
 template <int kBits>
-__device__ __forceinline__ void lane_states(const uint32_t (&w)[3], uint32_t shift,
+constexpr bool shift_is_uniform() {
+  return (kPositionsPerLane * kBits) % 32 == 0;
+}
+
+template <int kBits>
+constexpr uint32_t uniform_shift() {
+  return static_cast<uint32_t>(((kBits - 16) % 32 + 32) % 32);
+}
+
+// Bits 23..8 of v: a state one byte below the top of a word.
+__device__ __forceinline__ uint32_t middle16(uint32_t v) { return __byte_perm(v, 0u, 0x4421); }
+
+template <int kBits>
+__device__ __forceinline__ void lane_states(const uint32_t (&w)[3], uint32_t lane_shift,
                                             uint32_t (&states)[kPositionsPerLane]) {
+  if constexpr (kBits == 4) {
+    // State j spans stream bits 20 + 4j .. 35 + 4j of (w0, w1): every one is the top, the middle
+    // or the bottom 16 bits of w1 or of a word funnel-shifted out of (w0, w1) (11 operations).
+    const uint32_t at16 = __funnelshift_l(w[1], w[0], 16);
+    const uint32_t at20 = __funnelshift_l(w[1], w[0], 20);
+    const uint32_t at28 = __funnelshift_l(w[1], w[0], 28);
+    states[0] = at20 >> 16;
+    states[1] = middle16(at16);
+    states[2] = middle16(at20);
+    states[3] = w[1] >> 16;
+    states[4] = at20 & 0xFFFFu;
+    states[5] = middle16(w[1]);
+    states[6] = at28 & 0xFFFFu;
+    states[7] = w[1] & 0xFFFFu;
+    return;
+  } else if constexpr (kBits == 8) {
+    // State j spans stream bits 24 + 8j .. 39 + 8j of (w0, w1, w2): byte-aligned (10 operations).
+    const uint32_t at16 = __funnelshift_l(w[1], w[0], 16);
+    const uint32_t at48 = __funnelshift_l(w[2], w[1], 16);
+    states[0] = middle16(at16);
+    states[1] = w[1] >> 16;
+    states[2] = middle16(w[1]);
+    states[3] = w[1] & 0xFFFFu;
+    states[4] = middle16(at48);
+    states[5] = w[2] >> 16;
+    states[6] = middle16(w[2]);
+    states[7] = w[2] & 0xFFFFu;
+    return;
+  }
+  const uint32_t shift = shift_is_uniform<kBits>() ? uniform_shift<kBits>() : lane_shift;
   uint32_t win[3];
   win[0] = __funnelshift_l(w[1], w[0], shift);
   if constexpr (kBits <= 4) {
@@ -92,6 +138,21 @@ __device__ __forceinline__ uint32_t hfma2_rn(uint32_t a, uint32_t b, uint32_t c)
   return d;
 }
 
+// MUL1 codes h = 1024 + byte sum of s·0x83DCD12D (§5) of two states as one fp16x2 word, before
+// the affine map value = h·KINV + KBIAS: exact integers in fp16 (0x6400 + sum, below 2048).
+__device__ __forceinline__ uint32_t mul1_codes(uint32_t s0, uint32_t s1) {
+  const uint32_t h0 = __dp4a(s0 * 0x83DCD12Du, 0x01010101u, 0x6400u);
+  const uint32_t h1 = __dp4a(s1 * 0x83DCD12Du, 0x01010101u, 0x6400u);
+  return __byte_perm(h0, h1, 0x5410);
+}
+
+// (x & mask) ^ bits in one LOP3 (the compiler would otherwise spend two on the two constants).
+__device__ __forceinline__ uint32_t and_xor(uint32_t x, uint32_t mask, uint32_t bits) {
+  uint32_t d;
+  asm("lop3.b32 %0, %1, %2, %3, 0x6A;" : "=r"(d) : "r"(x), "r"(mask), "r"(bits));
+  return d;
+}
+
 // Codebook values (§5) of two states as one fp16x2 word: value(s0) in the low half. Bit-exact with
 // exl3_codebook_ref: the 3INST/MCG finisher adds the two masked halves with one fp16 addition; MUL1
 // builds h = 1024 + byte sum directly as fp16 bits (0x6400 + sum, exact below 2048) and takes
@@ -99,11 +160,9 @@ __device__ __forceinline__ uint32_t hfma2_rn(uint32_t a, uint32_t b, uint32_t c)
 template <Codebook kCodebook>
 __device__ __forceinline__ uint32_t decode_pair(uint32_t s0, uint32_t s1) {
   if constexpr (kCodebook == Codebook::kMul1) {
-    const uint32_t h0 = __dp4a(s0 * 0x83DCD12Du, 0x01010101u, 0x6400u);
-    const uint32_t h1 = __dp4a(s1 * 0x83DCD12Du, 0x01010101u, 0x6400u);
     constexpr uint32_t kInv2 = 0x1EEE1EEEu;   // KINV = 0.00676727294921875 in both halves
     constexpr uint32_t kBias2 = 0xC931C931u;  // KBIAS = -10.3828125 in both halves
-    return hfma2_rn(__byte_perm(h0, h1, 0x5410), kInv2, kBias2);
+    return hfma2_rn(mul1_codes(s0, s1), kInv2, kBias2);
   } else {
     uint32_t x0;
     uint32_t x1;
@@ -114,11 +173,21 @@ __device__ __forceinline__ uint32_t decode_pair(uint32_t s0, uint32_t s1) {
       x0 = s0 * 0xCBAC1FEDu;
       x1 = s1 * 0xCBAC1FEDu;
     }
-    x0 = (x0 & 0x8FFF8FFFu) ^ 0x3B603B60u;
-    x1 = (x1 & 0x8FFF8FFFu) ^ 0x3B603B60u;
+    x0 = and_xor(x0, 0x8FFF8FFFu, 0x3B603B60u);
+    x1 = and_xor(x1, 0x8FFF8FFFu, 0x3B603B60u);
     // Low halves of both words, then high halves: lo + hi per state.
     return hadd2_rn(__byte_perm(x0, x1, 0x5410), __byte_perm(x0, x1, 0x7632));
   }
+}
+
+// The 3INST/MCG codebooks before their final addition: one state's value is the sum of the two
+// fp16 halves of the returned word (§5). A GEMV multiplies both halves by the same activation
+// instead of adding them first (w·x = lo·x + hi·x), which saves the pairing and the addition.
+template <Codebook kCodebook>
+__device__ __forceinline__ uint32_t decode_halves(uint32_t s) {
+  static_assert(kCodebook != Codebook::kMul1, "MUL1 values are not a sum of two halves");
+  const uint32_t x = kCodebook == Codebook::k3Inst ? s * 89226354u + 64248484u : s * 0xCBAC1FEDu;
+  return and_xor(x, 0x8FFF8FFFu, 0x3B603B60u);
 }
 
 // One lane's share of a decoded tile as mma.m16n8k16 B fragments (§4.4): b[0], b[1] are the

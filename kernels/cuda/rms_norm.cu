@@ -1,6 +1,6 @@
 // CUDA RMSNorm: the device twin of rms_norm_ref. One block per row: the block sums x² in fp32,
-// then every thread scales the elements it read, so out may alias x (each element is read and
-// written by the same thread, after the block-wide sum).
+// then every thread scales the elements it read (kept in registers for rows up to 4096 wide), so
+// out may alias x (each element is read and written by the same thread, after the block-wide sum).
 #include <cstdint>
 #include <limits>
 
@@ -29,19 +29,43 @@ __device__ float block_sum(float v) {
   return total;
 }
 
+// Elements one thread keeps in registers between the sum and the scaling (dims up to
+// kThreadsPerRow · kPerThread take the single pass; wider rows read x twice).
+constexpr int kPerThread = 16;
+
 // No __restrict__: out may alias x.
 template <typename Tin, typename Tout>
 __global__ void rms_norm_kernel(const Tin* x, const float* __restrict__ weight, Tout* out, int64_t dim,
                                 float eps) {
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
+  const int stride = static_cast<int>(blockDim.x);
+  const int tid = static_cast<int>(threadIdx.x);
+  if (dim <= static_cast<int64_t>(stride) * kPerThread) {
+    // One pass over memory: every load issued before the sum, the values kept for the scaling.
+    float v[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int64_t i = tid + static_cast<int64_t>(j) * stride;
+      v[j] = i < dim ? cuda_io::to_f32(x[base + i]) : 0.0f;
+    }
+    float sum_sq = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) sum_sq += v[j] * v[j];
+    const float scale = 1.0f / sqrtf(block_sum(sum_sq) / static_cast<float>(dim) + eps);
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int64_t i = tid + static_cast<int64_t>(j) * stride;
+      if (i < dim) out[base + i] = cuda_io::from_f32<Tout>(v[j] * scale * weight[i]);
+    }
+    return;
+  }
   float sum_sq = 0.0f;
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+  for (int64_t i = tid; i < dim; i += stride) {
     const float v = cuda_io::to_f32(x[base + i]);
     sum_sq += v * v;
   }
-  const float total = block_sum(sum_sq);
-  const float scale = 1.0f / sqrtf(total / static_cast<float>(dim) + eps);
-  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+  const float scale = 1.0f / sqrtf(block_sum(sum_sq) / static_cast<float>(dim) + eps);
+  for (int64_t i = tid; i < dim; i += stride) {
     const float v = cuda_io::to_f32(x[base + i]);
     out[base + i] = cuda_io::from_f32<Tout>(v * scale * weight[i]);
   }

@@ -1,6 +1,6 @@
-// CUDA NEOX rotary embedding: the device twin of rope_ref. One block per token: its threads form
-// cos/sin · attention_scaling for the rotary_dim/2 frequencies once (shared memory), then rotate
-// every (head, i) pair in place in fp32, rounding to fp16 once.
+// CUDA NEOX rotary embedding: the device twin of rope_ref. One block per token and group of heads:
+// its threads form cos/sin · attention_scaling for the rotary_dim/2 frequencies (shared memory),
+// then rotate every (head, i) pair of the group in place in fp32, rounding to fp16 once.
 #include <cstdint>
 #include <limits>
 
@@ -15,13 +15,16 @@ constexpr int kThreads = 128;
 // cos and sin tables in (static-limit) dynamic shared memory: 2 · 4 B · half <= 48 KiB.
 constexpr int64_t kMaxHalf = 6144;
 
+// Grid (tokens, head groups): a block rotates kHeadsPerBlock heads of one token.
+constexpr int kHeadsPerBlock = 4;
+
 __global__ void rope_kernel(__half* __restrict__ x, const int32_t* __restrict__ positions,
-                            const float* __restrict__ inv_freq, int64_t heads, int64_t head_dim, int half,
+                            const float* __restrict__ inv_freq, int heads, int head_dim, int half,
                             float attention_scaling) {
   extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
   const int64_t t = blockIdx.x;
   const float pos = static_cast<float>(positions[t]);
-  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+  for (int i = static_cast<int>(threadIdx.x); i < half; i += static_cast<int>(blockDim.x)) {
     // One fp32 product (no contraction possible), as transformers forms the angle.
     const float angle = __fmul_rn(pos, inv_freq[i]);
     float s, c;
@@ -30,11 +33,13 @@ __global__ void rope_kernel(__half* __restrict__ x, const int32_t* __restrict__ 
     cos_sin[half + i] = s * attention_scaling;
   }
   __syncthreads();
-  __half* token = x + t * heads * head_dim;
-  const int64_t pairs = heads * half;
-  for (int64_t idx = threadIdx.x; idx < pairs; idx += blockDim.x) {
-    const int64_t h = idx / half;
-    const int i = static_cast<int>(idx % half);
+  const int first_head = static_cast<int>(blockIdx.y) * kHeadsPerBlock;
+  const int block_heads = min(kHeadsPerBlock, heads - first_head);
+  __half* token = x + (t * heads + first_head) * head_dim;
+  const int pairs = block_heads * half;
+  for (int idx = static_cast<int>(threadIdx.x); idx < pairs; idx += static_cast<int>(blockDim.x)) {
+    const int h = idx / half;
+    const int i = idx - h * half;
     __half* v = token + h * head_dim;
     const float x1 = __half2float(v[i]);
     const float x2 = __half2float(v[i + half]);
@@ -61,8 +66,11 @@ void launch_rope(const RopeParams& p, cudaStream_t stream) {
   EXL3_CHECK(p.x != nullptr && p.positions != nullptr && p.inv_freq != nullptr, "rope: null pointer");
   const int half = static_cast<int>(p.rotary_dim / 2);
   const size_t smem = 2 * sizeof(float) * static_cast<size_t>(half);
-  rope_kernel<<<static_cast<unsigned>(p.tokens), kThreads, smem, stream>>>(
-      p.x, p.positions, p.inv_freq, p.heads, p.head_dim, half, p.attention_scaling);
+  EXL3_CHECK(p.heads <= 65535 * kHeadsPerBlock && p.heads * p.head_dim <= std::numeric_limits<int32_t>::max(),
+             "rope: ", p.heads, " heads of ", p.head_dim);
+  const dim3 grid(static_cast<unsigned>(p.tokens), static_cast<unsigned>((p.heads + kHeadsPerBlock - 1) / kHeadsPerBlock));
+  rope_kernel<<<grid, kThreads, smem, stream>>>(p.x, p.positions, p.inv_freq, static_cast<int>(p.heads),
+                                                 static_cast<int>(p.head_dim), half, p.attention_scaling);
   EXL3_CUDA_CHECK_LAUNCH();
 }
 

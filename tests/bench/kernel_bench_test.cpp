@@ -1,5 +1,6 @@
 // exl3-bench kernels on the CPU backend with the embedded 4.0 bpw model: the JSON report has every
-// op with positive times and finite rates, and bad flags fail with a clear message.
+// op with positive times and finite rates, host-timed (the CPU backend has no step graphs), and bad
+// flags fail with a clear message.
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -40,14 +41,19 @@ TEST(KernelBench, CpuReportHasEveryOpWithPositiveTimes) {
   EXPECT_GT(copy_peak, 0.0);
   EXPECT_TRUE(std::isfinite(copy_peak));
   EXPECT_TRUE(j.at("peaks").at("gemm_flop_per_s").is_null());  // CPU: no GEMM peak
+  EXPECT_EQ(j.at("timing").at("method"), "host");                // auto: no step graphs on the CPU
+  EXPECT_EQ(j.at("timing").at("iters"), 2);
 
   std::vector<std::string> seen;
   for (const nlohmann::json& op : j.at("ops")) {
     SCOPED_TRACE(op.dump());
-    for (const char* field : {"op", "linears", "rows", "us", "bytes", "gb_per_s", "flop_per_s", "copy_peak_fraction",
-                              "gemm_peak_fraction", "weights_per_ms"}) {
+    for (const char* field : {"op", "linears", "rows", "us", "min_us", "timing", "note", "bytes", "gb_per_s",
+                              "flop_per_s", "copy_peak_fraction", "gemm_peak_fraction", "weights_per_ms"}) {
       EXPECT_TRUE(op.contains(field)) << field;
     }
+    EXPECT_EQ(op.at("timing"), "host");
+    EXPECT_TRUE(op.at("min_us").is_null());
+    EXPECT_EQ(op.at("note"), "");
     EXPECT_GT(op.at("us").get<double>(), 0.0);
     EXPECT_GT(op.at("bytes").get<double>(), 0.0);
     const double gbs = op.at("gb_per_s").get<double>();
@@ -71,6 +77,7 @@ TEST(KernelBench, CpuReportHasEveryOpWithPositiveTimes) {
   std::ifstream md(md_path);
   const std::string table((std::istreambuf_iterator<char>(md)), std::istreambuf_iterator<char>());
   EXPECT_NE(table.find("| op | rows |"), std::string::npos) << table;
+  EXPECT_NE(table.find("Timing: host (mean of 2 calls"), std::string::npos) << table;
   EXPECT_NE(table.find("attention"), std::string::npos) << table;
 }
 
@@ -84,6 +91,14 @@ TEST(KernelBench, BadFlagsFailWithMessages) {
   EXPECT_NE(err.find("--model"), std::string::npos) << err;
   EXPECT_NE(run_bench({"kernels", "--model", kModel, "--iters", "0"}, &err), 0);
   EXPECT_NE(err.find("--iters"), std::string::npos) << err;
+  EXPECT_NE(run_bench({"kernels", "--model", kModel, "--timing", "fast"}, &err), 0);
+  EXPECT_NE(err.find("--timing"), std::string::npos) << err;
+  EXPECT_NE(run_bench({"kernels", "--model", kModel, "--repeats", "0"}, &err), 0);
+  EXPECT_NE(err.find("--repeats"), std::string::npos) << err;
+  // The CPU backend cannot capture a step graph: asking for graph timing is refused by name.
+  EXPECT_NE(run_bench({"kernels", "--model", kModel, "--backend", "cpu", "--timing", "graph"}, &err), 0);
+  EXPECT_NE(err.find("--timing graph"), std::string::npos) << err;
+  EXPECT_NE(err.find("no step graphs"), std::string::npos) << err;
   EXPECT_NE(run_bench({"kernels", "--model", std::string(EXL3_TEST_WORK_DIR) + "/no-such-model", "--rows", "1"}, &err),
             0);
   EXPECT_NE(err.find("exl3-bench kernels: error"), std::string::npos) << err;

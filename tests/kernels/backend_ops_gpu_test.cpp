@@ -362,7 +362,9 @@ struct Exl3Case {
   bool y_f32, bias;
 };
 
-std::vector<Check> run_exl3_linear(Backend& b, std::mt19937& rng, const Exl3Case& c) {
+// A random EXL3 linear of the case's shape (trellis words, sign-and-scale vectors as EXL3 stores
+// them; suh ~ 1/sqrt(in) keeps the outputs O(1)) and optionally a bias.
+HostLinear random_exl3_linear(std::mt19937& rng, const Exl3Case& c) {
   HostLinear h;
   h.in_features = c.in_features;
   h.out_features = c.out_features;
@@ -374,7 +376,6 @@ std::vector<Check> run_exl3_linear(Backend& b, std::mt19937& rng, const Exl3Case
   std::vector<int16_t> words(static_cast<size_t>(c.k / 16 * c.n / 16 * 16 * c.bits));
   for (int16_t& w : words) w = static_cast<int16_t>(rng() & 0xFFFFu);
   h.exl3.trellis = Tensor::from_vector(words, {c.k / 16, c.n / 16, 16 * c.bits});
-  // Sign-and-scale vectors as EXL3 stores them; suh ~ 1/sqrt(in) keeps the outputs O(1).
   std::bernoulli_distribution sign(0.5);
   Tensor suh = uniform({c.k}, rng, 0.5f, 1.0f);
   Tensor svh = uniform({c.n}, rng, 0.5f, 1.5f);
@@ -385,35 +386,117 @@ std::vector<Check> run_exl3_linear(Backend& b, std::mt19937& rng, const Exl3Case
   h.exl3.suh = to_dtype(suh, DType::kF16);
   h.exl3.svh = to_dtype(svh, DType::kF16);
   if (c.bias) h.bias = uniform({c.out_features}, rng, -1.0f, 1.0f);
+  return h;
+}
 
-  const Tensor x = rounded(normal({c.m, c.in_features}, rng), DType::kF16);
-  Tensor x_padded = Tensor::zeros(DType::kF32, {c.m, c.k});
-  for (int64_t r = 0; r < c.m; ++r) {
-    std::copy_n(x.data<float>() + r * c.in_features, c.in_features, x_padded.mutable_data<float>() + r * c.k);
-  }
+// exl3_linear_ref of x F32 [m, in_features] (zero-padded to k), cut to out_features, + bias.
+Tensor exl3_reference(const HostLinear& h, const Tensor& x) {
+  const int64_t m = x.dim(0), k = h.exl3.k, n = h.exl3.n, in = h.in_features, out = h.out_features;
+  Tensor x_padded = Tensor::zeros(DType::kF32, {m, k});
+  for (int64_t r = 0; r < m; ++r) std::copy_n(x.data<float>() + r * in, in, x_padded.mutable_data<float>() + r * k);
   const Tensor full = exl3_linear_ref(h.exl3, x_padded);  // [m, n], no bias
-  Tensor want = Tensor::zeros(DType::kF32, {c.m, c.out_features});
-  for (int64_t r = 0; r < c.m; ++r) {
-    for (int64_t j = 0; j < c.out_features; ++j) {
-      want.mutable_data<float>()[r * c.out_features + j] =
-          full.data<float>()[r * c.n + j] + (c.bias ? h.bias.data<float>()[j] : 0.0f);
+  Tensor want = Tensor::zeros(DType::kF32, {m, out});
+  for (int64_t r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < out; ++j) {
+      want.mutable_data<float>()[r * out + j] =
+          full.data<float>()[r * n + j] + (h.bias.defined() ? h.bias.data<float>()[j] : 0.0f);
     }
   }
+  return want;
+}
 
+LinearWeights prepared(Backend& b, const HostLinear& h) {
   absl::StatusOr<LinearWeights> w = b.prepare_linear(h, "test.exl3_linear");
   EXL3_CHECK_OK(w.status());
+  return *std::move(w);
+}
+
+std::vector<Check> run_exl3_linear(Backend& b, std::mt19937& rng, const Exl3Case& c) {
+  const HostLinear h = random_exl3_linear(rng, c);
+  const Tensor x = rounded(normal({c.m, c.in_features}, rng), DType::kF16);
+  const Tensor want = exl3_reference(h, x);
+  const LinearWeights w = prepared(b, h);
   if (b.device() == Device::kCuda) {  // the trellis is kept, not expanded
-    EXPECT_EQ(w->bytes, h.exl3.trellis.nbytes() + h.exl3.suh.nbytes() + h.exl3.svh.nbytes() +
-                            (c.bias ? static_cast<size_t>(c.out_features) * 4 : 0));
+    EXPECT_EQ(w.bytes, h.exl3.trellis.nbytes() + h.exl3.suh.nbytes() + h.exl3.svh.nbytes() +
+                           (c.bias ? static_cast<size_t>(c.out_features) * 4 : 0));
   }
   Tensor y = device_zeros(b, c.y_f32 ? DType::kF32 : b.activation_dtype(), {c.m, c.out_features});
-  b.linear(*w, to_device(b, to_dtype(x, b.activation_dtype())), y);
+  b.linear(w, to_device(b, to_dtype(x, b.activation_dtype())), y);
   return {{"y", to_host_f32(b, y), want, kExl3}};
+}
+
+// Backend::linears: q/k/v-like widths (300 of 384, 128, 100 of 128) of one x, outputs of both
+// dtypes; against exl3_linear_ref each.
+std::vector<Check> run_fused_linears(Backend& b, std::mt19937& rng, int64_t m, int bits, Codebook cb) {
+  const Exl3Case shapes[] = {{256, 384, 250, 300, bits, cb, m, false, true},
+                             {256, 128, 250, 128, bits, cb, m, true, false},
+                             {256, 128, 250, 100, bits, cb, m, false, false}};
+  const Tensor x = rounded(normal({m, 250}, rng), DType::kF16);
+  std::vector<LinearWeights> ws;
+  std::vector<Tensor> ys, wants;
+  for (const Exl3Case& c : shapes) {
+    const HostLinear h = random_exl3_linear(rng, c);
+    wants.push_back(exl3_reference(h, x));
+    ws.push_back(prepared(b, h));
+    ys.push_back(device_zeros(b, c.y_f32 ? DType::kF32 : b.activation_dtype(), {m, c.out_features}));
+  }
+  const LinearWeights* w_ptrs[] = {&ws[0], &ws[1], &ws[2]};
+  b.linears(w_ptrs, to_device(b, to_dtype(x, b.activation_dtype())), ys);
+  std::vector<Check> checks;
+  for (size_t i = 0; i < ys.size(); ++i) checks.push_back({absl::StrCat("y", i), to_host_f32(b, ys[i]), wants[i], kExl3});
+  return checks;
+}
+
+// Backend::gate_up_silu: act = silu(x · gate) ⊙ (x · up) of the fp16-rounded (CUDA) or fp32 (CPU)
+// linear outputs, as silu_mul_ref of the references.
+std::vector<Check> run_gate_up_silu(Backend& b, std::mt19937& rng, int64_t m, int bits, Codebook cb) {
+  const Exl3Case c{256, 384, 250, 300, bits, cb, m, false, false};
+  const Tensor x = rounded(normal({m, 250}, rng), DType::kF16);
+  const HostLinear gate = random_exl3_linear(rng, c);
+  const HostLinear up = random_exl3_linear(rng, c);
+  const DType a = b.activation_dtype();
+  const Tensor want = silu_mul_ref(rounded(exl3_reference(gate, x), a), rounded(exl3_reference(up, x), a));
+  const LinearWeights gw = prepared(b, gate), uw = prepared(b, up);
+  Tensor g = device_zeros(b, a, {m, 300}), u = device_zeros(b, a, {m, 300}), act = device_zeros(b, a, {m, 300});
+  b.gate_up_silu(gw, uw, to_device(b, to_dtype(x, a)), g, u, act);
+  return {{"act", to_host_f32(b, act), want, kExl3}};
+}
+
+// Backend::linear_add: residual (F32) += x · w, against residual + exl3_linear_ref.
+std::vector<Check> run_linear_add(Backend& b, std::mt19937& rng, int64_t m, int bits, Codebook cb) {
+  const Exl3Case c{384, 256, 384, 200, bits, cb, m, true, true};
+  const Tensor x = rounded(normal({m, 384}, rng), DType::kF16);
+  const HostLinear h = random_exl3_linear(rng, c);
+  const Tensor residual = normal({m, 200}, rng, 3.0f);
+  Tensor want = exl3_reference(h, x);
+  for (int64_t i = 0; i < want.numel(); ++i) want.mutable_data<float>()[i] += residual.data<float>()[i];
+  const LinearWeights w = prepared(b, h);
+  Tensor out = device_zeros(b, DType::kF32, {m, 200});
+  Tensor res = to_device(b, residual);
+  b.linear_add(w, to_device(b, to_dtype(x, b.activation_dtype())), out, res);
+  return {{"residual", to_host_f32(b, res), want, kExl3}};
+}
+
+void add_fused_linear_cases(std::vector<OpCase>& cases) {
+  // Few rows take one fused launch on CUDA (3INST/MCG through the doubled k at m <= 16, MUL1 through
+  // its integer codes); 129 rows fall back to the plain composition.
+  for (Codebook cb : {Codebook::k3Inst, Codebook::kMcg, Codebook::kMul1}) {
+    for (int64_t m : {1, 3, 17, 64, 129}) {
+      const int bits = m % 2 == 1 ? 4 : 3;
+      const std::string tag = absl::StrCat("_K", bits, "_", codebook_name(cb), "_m", m);
+      cases.push_back({absl::StrCat("linears", tag),
+                       [=](Backend& b, std::mt19937& rng) { return run_fused_linears(b, rng, m, bits, cb); }});
+      cases.push_back({absl::StrCat("gate_up_silu", tag),
+                       [=](Backend& b, std::mt19937& rng) { return run_gate_up_silu(b, rng, m, bits, cb); }});
+      cases.push_back({absl::StrCat("linear_add", tag),
+                       [=](Backend& b, std::mt19937& rng) { return run_linear_add(b, rng, m, bits, cb); }});
+    }
+  }
 }
 
 void add_exl3_linear_cases(std::vector<OpCase>& cases) {
   std::vector<Exl3Case> list;
-  const int64_t ms[] = {1, 3, 17, 33, 129};
+  const int64_t ms[] = {1, 3, 17, 33, 64, 129};
   // Every codebook at K = 2 and 4 over every m; padded inputs and outputs (200 of 256, 300 of 384).
   for (Codebook cb : {Codebook::k3Inst, Codebook::kMcg, Codebook::kMul1}) {
     for (int bits : {2, 4}) {
@@ -627,6 +710,7 @@ std::vector<OpCase> all_cases(Device device) {
   add_rope_cases(cases);
   add_gather_rows_cases(cases);
   add_exl3_linear_cases(cases);
+  add_fused_linear_cases(cases);
   add_dense_linear_cases(cases);
   add_attention_cases(cases);
   for (OpCase& c : cases) c.device = device;

@@ -69,6 +69,10 @@ class Communicator {
   // the step's results are read; synchronous backends (Gloo) have nothing to wait for.
   virtual absl::Status flush() { return absl::OkStatus(); }
 
+  // True when all_reduce_sum and all_gather of device tensors only enqueue work on the stream (no
+  // host wait, event or allocation), so that they can be captured in a CUDA graph (step graphs).
+  virtual bool supports_graph_capture() const { return false; }
+
  protected:
   static absl::Status check_host_f32(const Tensor& t, const char* op) {
     if (t.on_host() && t.dtype() == DType::kF32) return absl::OkStatus();

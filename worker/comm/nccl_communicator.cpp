@@ -189,6 +189,9 @@ class NcclCommunicator final : public Communicator {
     return wait_done(info, Clock::now() + options_.timeout, options_.timeout);
   }
 
+  // Without wait_each_op a collective is only enqueued on the stream (its wait is flush()'s).
+  bool supports_graph_capture() const override { return !options_.wait_each_op; }
+
   absl::Status all_reduce_sum(Tensor& t) override {
     EXL3_RETURN_IF_ERROR(check_tensor(t, "all_reduce_sum", /*allow_i32=*/false));
     if (t.numel() == 0) return usable();

@@ -1,6 +1,9 @@
 // Llama-family weight loading (whole model or one rank's shard) and the batched forward pass.
 #include "worker/model/llama_model.h"
 
+#include <cstdio>
+#include <limits>
+
 #include "absl/strings/str_cat.h"
 
 namespace exl3 {
@@ -75,6 +78,15 @@ absl::StatusOr<std::unique_ptr<LlamaModel>> LlamaModel::load_shard(const std::st
   const Tensor inv_freq = Tensor::from_vector(model->rope_.inv_freq, {static_cast<int64_t>(model->rope_.inv_freq.size())});
   EXL3_ASSIGN_OR_RETURN(model->inv_freq_, model->backend_->prepare_tensor(inv_freq, DType::kF32, "rope inv_freq"));
   return model;
+}
+
+LlamaModel::~LlamaModel() {
+  // A replay may still be running: wait before the graphs go.
+  if (graphs_.size() > 0 && backend_ != nullptr) {
+    const absl::Status waited = backend_->synchronize();
+    if (!waited.ok()) std::fprintf(stderr, "step graphs: teardown: %s\n", std::string(waited.message()).c_str());
+  }
+  graphs_.clear();
 }
 
 absl::Status LlamaModel::load_weights(const SafetensorsCollection& t, const LoadProgress& progress) {
@@ -237,6 +249,11 @@ absl::Status LlamaModel::reserve_limits(const StepLimits& limits) const {
                                                    limits.max_seqs, " sequences, ", limits.max_pages_per_seq,
                                                    " pages, ", limits.max_logit_rows, " logits rows"));
   }
+  // The graphs point into the old workspace and scratch: drop them (after any replay finished).
+  if (graphs_.size() > 0) {
+    EXL3_RETURN_IF_ERROR(backend_->synchronize());
+    graphs_.clear();
+  }
   workspace_ = Workspace();  // frees the old arena first
   EXL3_ASSIGN_OR_RETURN(workspace_, Workspace::create(*backend_, workspace_bytes_for(limits)));
   int64_t widest = config_.hidden_size;
@@ -268,9 +285,9 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
     Tensor v = b.v.view_bytes(0, b.v.dtype(), {n, layer.kv_heads, hd});
     Tensor q2 = q.reshape({n, layer.heads * hd}), k2 = k.reshape({n, layer.kv_heads * hd});
     Tensor v2 = v.reshape({n, layer.kv_heads * hd});
-    be.linear(layer.q.weights(), h, q2);
-    be.linear(layer.k.weights(), h, k2);
-    be.linear(layer.v.weights(), h, v2);
+    const LinearWeights* qkv[] = {&layer.q.weights(), &layer.k.weights(), &layer.v.weights()};
+    Tensor qkv_out[] = {q2, k2, v2};
+    be.linears(qkv, h, qkv_out);
     if (c.qk_norm) {
       be.rms_norm(q, layer.q_norm, eps, q);
       be.rms_norm(k, layer.k_norm, eps, k);
@@ -282,12 +299,19 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
     Tensor attn = b.attn.view_bytes(0, b.attn.dtype(), {n, layer.heads, hd});
     be.attention(q, kv, meta, attn);
     Tensor attn2 = attn.reshape({n, layer.heads * hd});
-    be.linear(layer.o.weights(), attn2, proj);
+    if (tensor_parallel) {
+      be.linear(layer.o.weights(), attn2, proj);
+    } else {
+      be.linear_add(layer.o.weights(), attn2, proj, b.x);
+    }
   } else {
     be.zero(proj);
   }
-  if (tensor_parallel) EXL3_RETURN_IF_ERROR(comm->all_reduce_sum(proj));
-  be.add(b.x, proj);
+  // Tensor parallel: the residual takes the sum of every rank's part.
+  if (tensor_parallel) {
+    EXL3_RETURN_IF_ERROR(comm->all_reduce_sum(proj));
+    be.add(b.x, proj);
+  }
 
   const int64_t mlp = layer.gate.info().out_features;
   if (mlp > 0) {
@@ -296,15 +320,19 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
     Tensor gate = b.gate.view_bytes(0, b.gate.dtype(), {n, mlp});
     Tensor up = b.up.view_bytes(0, b.up.dtype(), {n, mlp});
     Tensor act = b.act.view_bytes(0, b.act.dtype(), {n, mlp});
-    be.linear(layer.gate.weights(), h, gate);
-    be.linear(layer.up.weights(), h, up);
-    be.silu_mul(gate, up, act);
-    be.linear(layer.down.weights(), act, proj);
+    be.gate_up_silu(layer.gate.weights(), layer.up.weights(), h, gate, up, act);
+    if (tensor_parallel) {
+      be.linear(layer.down.weights(), act, proj);
+    } else {
+      be.linear_add(layer.down.weights(), act, proj, b.x);
+    }
   } else {
     be.zero(proj);
   }
-  if (tensor_parallel) EXL3_RETURN_IF_ERROR(comm->all_reduce_sum(proj));
-  be.add(b.x, proj);
+  if (tensor_parallel) {
+    EXL3_RETURN_IF_ERROR(comm->all_reduce_sum(proj));
+    be.add(b.x, proj);
+  }
   return absl::OkStatus();
 }
 
@@ -363,22 +391,64 @@ absl::StatusOr<Tensor> LlamaModel::forward_batch_device(std::span<const BatchEnt
         " logits rows exceeds the limits the model was loaded for (", limits_.max_step_tokens, ", ", limits_.max_seqs,
         ", ", limits_.max_pages_per_seq, ", ", limits_.max_logit_rows, ")"));
   }
-  std::vector<int32_t> page_table(seqs * max_pages, 0);
+  // A graph step takes its buffers for the bucket: page tables padded to a power of two of columns
+  // (zeros past each sequence's pages, never read) and max_position the bucket's last position, an
+  // upper bound (attention plans its key splits on the host from it and checks positions against it).
+  bool graph = graph_eligible(batch, comm);
+  int64_t pages = max_pages;
+  if (graph) {
+    int64_t bucket = 1;
+    while (bucket < max_pages) bucket *= 2;
+    bucket = std::min(bucket, limits_.max_pages_per_seq);
+    graph = bucket * page_size - 1 < std::numeric_limits<int32_t>::max();
+    if (graph) pages = bucket;
+  }
+  std::vector<int32_t> page_table(seqs * pages, 0);
   for (int64_t s = 0; s < seqs; ++s) {
-    std::copy(batch[s].page_table.begin(), batch[s].page_table.end(), page_table.begin() + s * max_pages);
+    std::copy(batch[s].page_table.begin(), batch[s].page_table.end(), page_table.begin() + s * pages);
   }
 
   workspace_.reset();
-  EXL3_ASSIGN_OR_RETURN(StepBuffers b, take_buffers(StepDims{n, seqs, max_pages, r}, workspace_));
-  b.meta.max_position = max_position;
+  EXL3_ASSIGN_OR_RETURN(StepBuffers b, take_buffers(StepDims{n, seqs, pages, r}, workspace_));
+  b.meta.max_position = graph ? static_cast<int32_t>(pages * page_size - 1) : max_position;
   be.upload(Tensor::from_vector(tokens, {n}), b.meta.tokens);
   be.upload(Tensor::from_vector(positions, {n}), b.meta.positions);
   be.upload(Tensor::from_vector(token_seq, {n}), b.meta.token_seq);
-  be.upload(Tensor::from_vector(page_table, {seqs, max_pages}), b.meta.page_table);
+  be.upload(Tensor::from_vector(page_table, {seqs, pages}), b.meta.page_table);
   be.upload(Tensor::from_vector(logit_rows, {r}), b.meta.logit_rows);
 
+  Tensor logits;
+  bool replayed = false;
+  if (graph) {
+    const StepGraphKey key{seqs, pages, cache.id(), comm};
+    const absl::Status status = replay_graph(key, b, cache, comm);
+    if (status.ok()) {
+      logits = head_output(b, comm);
+      replayed = true;
+    } else {
+      std::fprintf(stderr, "step graphs off for this model, running every step eagerly: %s\n",
+                   std::string(status.message()).c_str());
+      graphs_failed_ = true;  // the graphs already made stay until the model goes (one may be running)
+    }
+  }
+  if (!replayed) {
+    EXL3_ASSIGN_OR_RETURN(logits, issue_step(b, cache, comm));
+  }
+  if (!shard_.has_head) {
+    EXL3_RETURN_IF_ERROR(comm->flush());
+    EXL3_RETURN_IF_ERROR(be.synchronize());
+    return Tensor::zeros(DType::kF32, {0, c.vocab_size});
+  }
+  // The step's one wait for its collectives (within the communicator's deadline), before anything
+  // reads its results.
+  if (comm != nullptr) EXL3_RETURN_IF_ERROR(comm->flush());
+  return logits;
+}
+
+absl::StatusOr<Tensor> LlamaModel::issue_step(StepBuffers& b, KvCache& cache, Communicator* comm) const {
+  const bool layer_split = shard_.mode == ShardMode::kLayers && comm != nullptr && comm->world_size() > 1;
   if (shard_.has_embedding) {
-    be.embedding(embedding_, b.meta.tokens, b.x);
+    backend_->embedding(embedding_, b.meta.tokens, b.x);
   } else {
     EXL3_CHECK(layer_split, "a shard without the embedding needs a layer-split communicator");
     EXL3_RETURN_IF_ERROR(comm->recv(b.x, comm->rank() - 1));
@@ -389,15 +459,48 @@ absl::StatusOr<Tensor> LlamaModel::forward_batch_device(std::span<const BatchEnt
   if (!shard_.has_head) {
     EXL3_CHECK(layer_split, "a shard without the head needs a layer-split communicator");
     EXL3_RETURN_IF_ERROR(comm->send(b.x, comm->rank() + 1));
-    EXL3_RETURN_IF_ERROR(comm->flush());
-    EXL3_RETURN_IF_ERROR(be.synchronize());
-    return Tensor::zeros(DType::kF32, {0, c.vocab_size});
+    return Tensor();
   }
-  EXL3_ASSIGN_OR_RETURN(Tensor logits, run_head(b, b.meta, comm));
-  // The step's one wait for its collectives (within the communicator's deadline), before anything
-  // reads its results.
-  if (comm != nullptr) EXL3_RETURN_IF_ERROR(comm->flush());
-  return logits;
+  return run_head(b, b.meta, comm);
+}
+
+bool LlamaModel::graph_eligible(std::span<const BatchEntry> batch, Communicator* comm) const {
+  if (!limits_.step_graphs || graphs_failed_ || !backend_->supports_step_graphs()) return false;
+  if (!shard_.has_embedding || !shard_.has_head) return false;
+  for (const BatchEntry& e : batch) {
+    if (e.tokens.size() != 1 || e.logits != LogitsMode::kLast) return false;
+  }
+  if (comm == nullptr || comm->world_size() == 1) return true;
+  // Layer splits exchange hidden states with host waits between ranks; a tensor-parallel head
+  // learns the ranks' vocabulary widths with a host round trip on its first step.
+  return shard_.mode == ShardMode::kTensorParallel && comm->supports_graph_capture() && !vocab_widths_.empty();
+}
+
+absl::Status LlamaModel::replay_graph(const StepGraphKey& key, StepBuffers& b, KvCache& cache,
+                                      Communicator* comm) const {
+  StepGraph* graph = graphs_.find(key);
+  if (graph == nullptr) {
+    // Capturing records the work without running it; the replay below runs it.
+    absl::StatusOr<std::unique_ptr<StepGraph>> captured =
+        backend_->capture_step([&]() { return issue_step(b, cache, comm).status(); });
+    if (!captured.ok()) {
+      return absl::Status(captured.status().code(),
+                          absl::StrCat("capturing the step graph of ", key.seqs, " sequences, ", key.pages,
+                                       " page columns: ", captured.status().message()));
+    }
+    // The oldest graph may still be running when it is dropped to make room.
+    if (graphs_.full()) EXL3_RETURN_IF_ERROR(backend_->synchronize());
+    graph = &graphs_.insert(key, *std::move(captured));
+    ++graph_captures_;
+  }
+  EXL3_RETURN_IF_ERROR(backend_->replay_step(*graph));
+  ++graph_replays_;
+  return absl::OkStatus();
+}
+
+Tensor LlamaModel::head_output(const StepBuffers& b, Communicator* comm) const {
+  const bool gather = shard_.mode == ShardMode::kTensorParallel && comm != nullptr && comm->world_size() > 1;
+  return gather ? b.packed : b.logits;
 }
 
 absl::StatusOr<Tensor> LlamaModel::run_head(StepBuffers& b, const StepMeta& meta, Communicator* comm) const {
@@ -410,7 +513,7 @@ absl::StatusOr<Tensor> LlamaModel::run_head(StepBuffers& b, const StepMeta& meta
   const bool gather = shard_.mode == ShardMode::kTensorParallel && comm != nullptr && comm->world_size() > 1;
   if (!gather) {
     EXL3_CHECK(b.logits.dim(1) == c.vocab_size, "a single head rank must hold the whole vocabulary");
-    return b.logits;
+    return head_output(b, comm);
   }
   // Every rank's vocabulary width (learned once), then the row-major [r, width] blocks in rank order.
   const int world = comm->world_size();
@@ -437,7 +540,7 @@ absl::StatusOr<Tensor> LlamaModel::run_head(StepBuffers& b, const StepMeta& meta
     block += counts[i];
     column += width;
   }
-  return b.packed;
+  return head_output(b, comm);
 }
 
 Tensor LlamaModel::forward(std::span<const int32_t> ids, int32_t start_pos, KvCache& cache, const PageTable& pages,

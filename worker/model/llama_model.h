@@ -5,7 +5,8 @@
 // states received from the previous rank and sent to the next). Batches of sequences run as one
 // forward: linears over all tokens, attention per token through each sequence's KV pages. Weights,
 // and (after reserve()) a workspace sized for the largest step, are allocated at load; a step only
-// takes views of the workspace.
+// takes views of the workspace. Decode-only steps can replay one captured step graph per batch bucket
+// (StepLimits::step_graphs, on backends with supports_step_graphs()): see forward_batch_device.
 #pragma once
 
 #include <functional>
@@ -20,6 +21,7 @@
 #include "worker/model/config.h"
 #include "worker/model/linear.h"
 #include "worker/model/model_shard.h"
+#include "worker/model/step_graph_cache.h"
 #include "worker/model/workspace.h"
 
 namespace exl3 {
@@ -47,6 +49,9 @@ struct StepLimits {
   int64_t max_seqs = 256;          // sequences in one forward
   int64_t max_pages_per_seq = 64;  // KV pages of one sequence
   int64_t max_logit_rows = 256;    // rows through the head in one forward
+  // Decode-only steps (one token and its logits per sequence) replay a step graph captured once
+  // per (sequences, page bucket) when the backend and the communicator allow it.
+  bool step_graphs = false;
 };
 
 // One sequence's part of a forward batch.
@@ -103,8 +108,24 @@ class LlamaModel {
   // device, a view of the workspace valid until the next forward (tensor parallel: the gathered
   // slices re-packed on the device). Queued work is not waited for. Ranks of a layer split without
   // the head return an empty host [0, vocab].
+  // Step graphs: with limits().step_graphs on a backend that supports them, a batch of one token
+  // and LogitsMode::kLast per sequence on a whole-model or tensor-parallel shard (comm null, a world
+  // of one, or one whose supports_graph_capture(); a tensor-parallel head once it knows every
+  // rank's vocabulary width) takes its buffers for the bucket (sequences, page columns rounded up
+  // to a power of two, capped at max_pages_per_seq), uploads its metadata, then replays the
+  // bucket's graph (captured on first use). A failed capture prints one line to stderr, switches
+  // graphs off for this model and runs the step eagerly. Attention then plans for the bucket's
+  // last position, so its split count (and fp32 summation order) can differ from an eager step.
   absl::StatusOr<Tensor> forward_batch_device(std::span<const BatchEntry> batch, KvCache& cache,
                                               Communicator* comm) const;
+
+  // Step graphs captured (one per distinct bucket, cache and communicator seen) and replayed so far,
+  // and whether graphs are in use (limits().step_graphs, not switched off by a failed capture).
+  int64_t step_graph_count() const { return graph_captures_; }
+  int64_t graph_replays() const { return graph_replays_; }
+  bool step_graphs_enabled() const { return limits_.step_graphs && !graphs_failed_; }
+
+  ~LlamaModel();
 
   // Single-sequence convenience over forward_batch for a whole-model (single-rank) shard; grows the
   // reserved limits when the call needs more (tools and tests only).
@@ -122,6 +143,18 @@ class LlamaModel {
   absl::Status run_layer(const DecoderLayer& layer, int64_t index, StepBuffers& b, const StepMeta& meta,
                          KvCache& cache, Communicator* comm) const;
   absl::StatusOr<Tensor> run_head(StepBuffers& b, const StepMeta& meta, Communicator* comm) const;
+  // The logits view run_head returns: the re-packed gathered rows (tensor parallel) or the head's.
+  Tensor head_output(const StepBuffers& b, Communicator* comm) const;
+  // The step's device work after its metadata is uploaded: the embedding (or the hidden state from
+  // the previous rank), every held layer, then the head (or the send to the next rank). Returns the
+  // logits view on a head shard, an undefined tensor otherwise. Eager steps and graph captures
+  // both run this.
+  absl::StatusOr<Tensor> issue_step(StepBuffers& b, KvCache& cache, Communicator* comm) const;
+  // Whether this batch may replay a step graph (see forward_batch_device).
+  bool graph_eligible(std::span<const BatchEntry> batch, Communicator* comm) const;
+  // Replays the graph of `key`, capturing it first when there is none. A failure says why; the
+  // caller then runs the step eagerly.
+  absl::Status replay_graph(const StepGraphKey& key, StepBuffers& b, KvCache& cache, Communicator* comm) const;
 
   ModelConfig config_;
   ModelShard shard_;
@@ -139,6 +172,11 @@ class LlamaModel {
   mutable Workspace workspace_;
   // Vocabulary width of every rank's head slice (tensor parallel), exchanged on first use.
   mutable std::vector<int64_t> vocab_widths_;
+  // Step graphs (dropped whenever the workspace is reallocated) and their counts.
+  mutable StepGraphCache graphs_;
+  mutable int64_t graph_captures_ = 0;
+  mutable int64_t graph_replays_ = 0;
+  mutable bool graphs_failed_ = false;  // a capture or replay failed: eager from then on
 };
 
 }  // namespace exl3

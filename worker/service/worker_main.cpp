@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   exl3::WorkerOptions o;
   double memory_gib = 0.0;
   double connect_timeout_s = 60.0;
+  std::string step_graphs = "on";
   CLI::App app{"exl3-worker: one rank of the EXL3 runtime; dials the coordinator, loads its shard, runs steps"};
   app.add_option("--coordinator", o.coordinator, "Control-plane address of the coordinator, HOST:PORT")->required();
   app.add_option("--rank", o.rank, "This worker's rank, 0 <= rank < world")->required()->check(CLI::NonNegativeNumber);
@@ -32,6 +33,10 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   app.add_option("--connect-timeout", connect_timeout_s, "Seconds to wait for the coordinator at start-up")
       ->check(CLI::PositiveNumber);
+  app.add_option("--step-graphs", step_graphs,
+                 "on: decode steps replay one CUDA graph per batch size and page bucket (CUDA backend); off: "
+                 "launch every op")
+      ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (o.rank >= o.world_size) {
     std::fprintf(stderr, "exl3-worker: --rank %d must be below --world %d\n", o.rank, o.world_size);
@@ -42,6 +47,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.memory_bytes = static_cast<int64_t>(memory_gib * 1073741824.0);
+  o.step_graphs = step_graphs == "on";
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   std::fprintf(stderr, "exl3-worker rank %d/%d: backend %s%s, coordinator %s, NCCL_NVLS_ENABLE=%s%s\n", o.rank,
                o.world_size, o.backend.c_str(),

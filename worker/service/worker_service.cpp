@@ -180,6 +180,7 @@ class WorkerSession {
     if (load.max_step_tokens() > 0) eo.max_step_tokens = load.max_step_tokens();
     if (load.max_seqs() > 0) eo.max_seqs = load.max_seqs();
     if (load.max_logit_rows() > 0) eo.max_logit_rows = load.max_logit_rows();
+    eo.step_graphs = options_.step_graphs;
     EXL3_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), eo, comm_.get()));
     out->set_weight_bytes(static_cast<int64_t>(engine_->model().allocated_bytes()));
     out->set_cache_bytes(static_cast<int64_t>(engine_->cache_bytes()));

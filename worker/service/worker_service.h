@@ -22,6 +22,7 @@ struct WorkerOptions {
   int device = 0;               // CUDA ordinal in this process (exl3-launch sets CUDA_VISIBLE_DEVICES, so 0)
   int64_t memory_bytes = 0;     // CPU: memory this worker may use (reported at registration)
   std::chrono::milliseconds connect_timeout{60000};
+  bool step_graphs = true;      // decode steps replay CUDA graphs (EngineOptions::step_graphs)
 };
 
 absl::Status run_worker(const WorkerOptions& options);

@@ -1,0 +1,35 @@
+// Defaults of the optional Backend capabilities (kernels/backend.h): fused linears as plain
+// compositions of the ops, and no step graphs.
+#include "kernels/backend.h"
+
+#include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+
+namespace exl3 {
+
+void Backend::linears(std::span<const LinearWeights* const> ws, const Tensor& x, std::span<Tensor> ys) {
+  EXL3_CHECK(ws.size() == ys.size(), "linears: ", ws.size(), " weights for ", ys.size(), " outputs");
+  for (size_t i = 0; i < ws.size(); ++i) linear(*ws[i], x, ys[i]);
+}
+
+void Backend::gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, Tensor& gate_out,
+                           Tensor& up_out, Tensor& act) {
+  linear(gate, x, gate_out);
+  linear(up, x, up_out);
+  silu_mul(gate_out, up_out, act);
+}
+
+void Backend::linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual) {
+  linear(w, x, out);
+  add(residual, out);
+}
+
+absl::StatusOr<std::unique_ptr<StepGraph>> Backend::capture_step(const std::function<absl::Status()>&) {
+  return absl::UnimplementedError(absl::StrCat(description(), ": no step graphs"));
+}
+
+absl::Status Backend::replay_step(StepGraph&) {
+  return absl::UnimplementedError(absl::StrCat(description(), ": no step graphs"));
+}
+
+}  // namespace exl3

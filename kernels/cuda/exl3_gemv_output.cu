@@ -1,0 +1,134 @@
+// The output transform of the few-rows EXL3 linears (exl3_gemv.cuh): one warp per (row, 128-block)
+// sums the k-slices' partial products, applies the 128-point Hadamard transform, ⊙ svh, + bias, and
+// stores, adds into a residual, or combines gate and up into silu(gate) · up — each exactly as the
+// unfused ops would (launch_exl3_output_transform, add, silu_mul), so fusing changes no result.
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "kernels/check.h"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/exl3_gemv.cuh"
+#include "kernels/cuda/exl3_wht128.cuh"
+
+namespace exl3 {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kWarpsPerBlock = 8;
+constexpr int64_t kBlock = wht128::kBlock;
+
+// v[e] for the lane's 4 columns col0 .. col0 + 3 of `row`: Σ slices, Hadamard, scale, ⊙ svh, + bias.
+__device__ __forceinline__ void transformed(const GemvOutput& o, int64_t m, int64_t slices, int64_t row, int64_t col0,
+                                            int lane, float (&v)[wht128::kPerLane]) {
+  // The slices in order, kInFlight loads issued before their sums (the partials sit in L2; one
+  // load at a time would pay its latency once per slice).
+  constexpr int kInFlight = 8;
+  const float* c = o.c + row * o.n + col0;
+  const int64_t stride = m * o.n;
+  v[0] = v[1] = v[2] = v[3] = 0.0f;
+  for (int64_t s0 = 0; s0 < slices; s0 += kInFlight) {
+    float4 part[kInFlight];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      part[i] = s0 + i < slices ? *reinterpret_cast<const float4*>(c + (s0 + i) * stride) : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      v[0] += part[i].x;
+      v[1] += part[i].y;
+      v[2] += part[i].z;
+      v[3] += part[i].w;
+    }
+  }
+  wht128::transform(v, lane);
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) {
+    const int64_t col = col0 + e;
+    float out = v[e] * wht128::kScale * __half2float(o.svh[col]);
+    if (o.bias != nullptr && col < o.out_features) out += o.bias[col];
+    v[e] = out;
+  }
+}
+
+__global__ void gemv_output_kernel(GemvOutputArgs args) {
+  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+  // The output this warp's 128-block belongs to (kSiluMul: the gate's blocks, with up alongside).
+  int64_t block = warp;
+  int which = 0;
+  const int searched = args.epilogue == GemvEpilogue::kSiluMul ? 1 : args.outputs;
+  for (; which < searched; ++which) {
+    const int64_t blocks = args.m * (args.output[which].n / kBlock);
+    if (block < blocks) break;
+    block -= blocks;
+  }
+  if (which == searched) return;  // whole warps leave together: shuffles stay full-mask
+  const GemvOutput& o = args.output[which];
+  const int64_t blocks_per_row = o.n / kBlock;
+  const int64_t row = block / blocks_per_row;
+  const int64_t col0 = (block % blocks_per_row) * kBlock + wht128::kPerLane * lane;
+
+  float v[wht128::kPerLane];
+  transformed(o, args.m, args.slices, row, col0, lane, v);
+  if (args.epilogue == GemvEpilogue::kSiluMul) {
+    float u[wht128::kPerLane];
+    transformed(args.output[1], args.m, args.slices, row, col0, lane, u);
+    auto* act = static_cast<__half*>(o.y);
+#pragma unroll
+    for (int e = 0; e < wht128::kPerLane; ++e) {
+      const int64_t col = col0 + e;
+      if (col >= o.out_features) continue;
+      const float g = __half2float(__float2half_rn(v[e]));
+      const float up = __half2float(__float2half_rn(u[e]));
+      act[row * o.out_features + col] = __float2half_rn(g / (1.0f + expf(-g)) * up);
+    }
+    return;
+  }
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) {
+    const int64_t col = col0 + e;
+    if (col >= o.out_features) continue;
+    const int64_t at = row * o.out_features + col;
+    if (args.epilogue == GemvEpilogue::kAddResidual) {
+      static_cast<float*>(o.y)[at] += v[e];
+    } else if (o.y_f32) {
+      static_cast<float*>(o.y)[at] = v[e];
+    } else {
+      static_cast<__half*>(o.y)[at] = __float2half_rn(v[e]);
+    }
+  }
+}
+
+}  // namespace
+
+// Contract (EXL3_CHECK): 1..3 outputs, m >= 1, slices >= 1, every n a positive multiple of 128 and
+// out_features in 1..n; kAddResidual: every y F32; kSiluMul: 2 outputs of equal n and
+// out_features, the first's y F16 (the second's y unused). Pointers device, c 16-byte aligned.
+void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream) {
+  EXL3_CHECK(args.outputs >= 1 && args.outputs <= 3 && args.m >= 1 && args.slices >= 1, "gemv output: ",
+             args.outputs, " outputs, m ", args.m, ", ", args.slices, " slices");
+  int64_t blocks = 0;
+  for (int i = 0; i < args.outputs; ++i) {
+    const GemvOutput& o = args.output[i];
+    EXL3_CHECK(o.n > 0 && o.n % kBlock == 0 && o.out_features >= 1 && o.out_features <= o.n, "gemv output ", i,
+               ": n ", o.n, ", out_features ", o.out_features);
+    EXL3_CHECK(o.c != nullptr && o.svh != nullptr && o.y != nullptr, "gemv output ", i, ": null pointer");
+    EXL3_CHECK(reinterpret_cast<uintptr_t>(o.c) % 16 == 0, "gemv output ", i, ": partials must be 16-byte aligned");
+    EXL3_CHECK(args.epilogue != GemvEpilogue::kAddResidual || o.y_f32, "gemv output ", i,
+               ": the residual must be F32");
+    if (args.epilogue != GemvEpilogue::kSiluMul || i == 0) blocks += args.m * (o.n / kBlock);
+  }
+  if (args.epilogue == GemvEpilogue::kSiluMul) {
+    EXL3_CHECK(args.outputs == 2 && args.output[0].n == args.output[1].n &&
+                   args.output[0].out_features == args.output[1].out_features && !args.output[0].y_f32,
+               "gemv output: silu-mul takes gate and up of one width and an F16 output");
+  }
+  const int64_t grid = (blocks + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  EXL3_CHECK(grid <= std::numeric_limits<int32_t>::max(), "gemv output: too many blocks");
+  gemv_output_kernel<<<static_cast<unsigned>(grid), kWarpsPerBlock * kWarpSize, 0, stream>>>(args);
+  EXL3_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace exl3
