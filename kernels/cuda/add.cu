@@ -3,6 +3,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/elementwise.cuh"
 
@@ -13,6 +14,7 @@ constexpr int kThreads = 256;
 
 template <typename T>
 __global__ void add_kernel(float* __restrict__ x, const T* __restrict__ y, int64_t n) {
+  allow_dependents();  // a dependent launch after this one may start its prologue
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     x[i] += cuda_io::to_f32(y[i]);

@@ -20,6 +20,7 @@
 #include "kernels/check.h"
 #include "kernels/cuda/attention_warp.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 
 namespace exl3 {
@@ -103,6 +104,7 @@ __device__ __forceinline__ void store_normalised(const WarpSoftmax<D>& st, __hal
 
 template <int D>
 __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(const AttnArgs a) {
+  allow_dependents();  // a dependent launch after this one may start its prologue
   __shared__ __align__(16) __half smem[2][2][block_halves<D>()];
   const int warp = static_cast<int>(threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x) % 32;
@@ -159,6 +161,7 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
 
 template <int D>
 __global__ void __launch_bounds__(32) attention_decode_kernel(const AttnArgs a) {
+  allow_dependents();  // a dependent launch after this one may start its prologue
   __shared__ __align__(16) __half smem[2][2][block_halves<D>()];
   const int64_t t = blockIdx.x;
   if (!is_single(a, t)) return;
@@ -216,6 +219,7 @@ __global__ void __launch_bounds__(32) attention_decode_kernel(const AttnArgs a) 
 // One block of D threads per (token, head) of a single token: out = Σ_s w_s · acc_s / Σ_s w_s ·
 // l_s with w_s = exp2(m_s - max_s m_s), over the splits that hold part of the context.
 __global__ void attention_merge_kernel(const AttnArgs a, int head_dim) {
+  allow_dependents();  // a dependent launch after this one may start its prologue
   const int64_t t = blockIdx.x / a.heads;
   const int64_t h = blockIdx.x % a.heads;
   if (!is_single(a, t)) return;

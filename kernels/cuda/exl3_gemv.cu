@@ -26,6 +26,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/exl3_tile.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
 
@@ -293,12 +294,15 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kMBlocks>()) exl3_gemv
       for (int c = 0; c < kChunksPerLane; ++c) src[c] += next_tn_jump;
     }
   };
-  // The first stages are in flight while the block stages its slice of A.
+  // The first stages (weights only) are in flight before the kernels this one depends on have
+  // finished (dependent launch) and while the block stages its slice of A.
+  allow_dependents();
 #pragma unroll
   for (int stage = 0; stage < kStages - 1; ++stage) {
     if (stage < num_stages) issue(stage);
     cp_async_commit();
   }
+  wait_for_prerequisites();
 
   stage_slice<kMBlocks, kLinear, kDoubled, kMul1>(args, pr.suh, tk_begin * kTileSize, num_tiles, staged, row_sums);
   __syncthreads();
@@ -479,10 +483,10 @@ void launch(GemvArgs args, int bits, Codebook codebook, const GemvGrid& plan, cu
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices));
   const bool known = trellis::dispatch_format(bits, codebook, [&]<int kBits, Codebook kCodebook>() {
     switch (m_blocks(args.m)) {
-      case 1: exl3_gemv_kernel<kBits, kCodebook, 1, kLinear><<<grid, kThreads, 0, stream>>>(args); break;
-      case 2: exl3_gemv_kernel<kBits, kCodebook, 2, kLinear><<<grid, kThreads, 0, stream>>>(args); break;
-      case 3: exl3_gemv_kernel<kBits, kCodebook, 3, kLinear><<<grid, kThreads, 0, stream>>>(args); break;
-      default: exl3_gemv_kernel<kBits, kCodebook, 4, kLinear><<<grid, kThreads, 0, stream>>>(args); break;
+      case 1: launch_dependent(exl3_gemv_kernel<kBits, kCodebook, 1, kLinear>, grid, kThreads, stream, args); break;
+      case 2: launch_dependent(exl3_gemv_kernel<kBits, kCodebook, 2, kLinear>, grid, kThreads, stream, args); break;
+      case 3: launch_dependent(exl3_gemv_kernel<kBits, kCodebook, 3, kLinear>, grid, kThreads, stream, args); break;
+      default: launch_dependent(exl3_gemv_kernel<kBits, kCodebook, 4, kLinear>, grid, kThreads, stream, args); break;
     }
   });
   EXL3_CHECK(known, "unknown codebook ", static_cast<int>(codebook));

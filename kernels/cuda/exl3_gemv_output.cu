@@ -1,5 +1,5 @@
-// The output transform of the few-rows EXL3 linears (exl3_gemv.cuh): one warp per (row, 128-block)
-// sums the k-slices' partial products, applies the 128-point Hadamard transform, ⊙ svh, + bias, and
+// The output transform of the few-rows EXL3 linears (exl3_gemv.cuh): one block per (row, 128-block)
+// sums the k-slices' partial products (its warps taking the slices in turn), applies the 128-point Hadamard transform, ⊙ svh, + bias, and
 // stores, adds into a residual, or combines gate and up into silu(gate) · up — each exactly as the
 // unfused ops would (launch_exl3_output_transform, add, silu_mul), so fusing changes no result.
 #include <cuda_fp16.h>
@@ -9,6 +9,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
 
@@ -16,32 +17,39 @@ namespace exl3 {
 namespace {
 
 constexpr int kWarpSize = 32;
-constexpr int kWarpsPerBlock = 8;
+constexpr int kSliceGroups = 8;  // warps of a block; warp g sums slices g, g + 8, ...
+constexpr int kThreads = kSliceGroups * kWarpSize;
 constexpr int64_t kBlock = wht128::kBlock;
 
-// v[e] for the lane's 4 columns col0 .. col0 + 3 of `row`: Σ slices, Hadamard, scale, ⊙ svh, + bias.
-__device__ __forceinline__ void transformed(const GemvOutput& o, int64_t m, int64_t slices, int64_t row, int64_t col0,
-                                            int lane, float (&v)[wht128::kPerLane]) {
-  // The slices in order, kInFlight loads issued before their sums (the partials sit in L2; one
-  // load at a time would pay its latency once per slice).
-  constexpr int kInFlight = 8;
+// Σ slices of the lane's 4 columns col0 .. col0 + 3 of `row`, over this warp's share of the slices
+// (several loads in flight: the partials sit in L2, and one at a time would pay its latency once
+// per slice).
+__device__ __forceinline__ float4 slice_sum(const GemvOutput& o, int64_t m, int64_t slices, int64_t row, int64_t col0,
+                                            int group) {
+  constexpr int kInFlight = 4;
   const float* c = o.c + row * o.n + col0;
   const int64_t stride = m * o.n;
-  v[0] = v[1] = v[2] = v[3] = 0.0f;
-  for (int64_t s0 = 0; s0 < slices; s0 += kInFlight) {
+  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int64_t s0 = group; s0 < slices; s0 += kInFlight * kSliceGroups) {
     float4 part[kInFlight];
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) {
-      part[i] = s0 + i < slices ? *reinterpret_cast<const float4*>(c + (s0 + i) * stride) : make_float4(0, 0, 0, 0);
+      const int64_t s = s0 + int64_t{i} * kSliceGroups;
+      part[i] = s < slices ? *reinterpret_cast<const float4*>(c + s * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) {
-      v[0] += part[i].x;
-      v[1] += part[i].y;
-      v[2] += part[i].z;
-      v[3] += part[i].w;
+      sum.x += part[i].x;
+      sum.y += part[i].y;
+      sum.z += part[i].z;
+      sum.w += part[i].w;
     }
   }
+  return sum;
+}
+
+// v: the summed column values in; Hadamard, scale, ⊙ svh, + bias out.
+__device__ __forceinline__ void finish(const GemvOutput& o, int64_t col0, int lane, float (&v)[wht128::kPerLane]) {
   wht128::transform(v, lane);
 #pragma unroll
   for (int e = 0; e < wht128::kPerLane; ++e) {
@@ -52,29 +60,54 @@ __device__ __forceinline__ void transformed(const GemvOutput& o, int64_t m, int6
   }
 }
 
-__global__ void gemv_output_kernel(GemvOutputArgs args) {
-  const int64_t warp = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarpSize;
+// One block per (row, 128-column block): its warps sum the slices in parallel, warp 0 adds their
+// sums (in a fixed order) and finishes.
+__global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs args) {
+  allow_dependents();
+  wait_for_prerequisites();
+  const int group = static_cast<int>(threadIdx.x / kWarpSize);
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
-  // The output this warp's 128-block belongs to (kSiluMul: the gate's blocks, with up alongside).
-  int64_t block = warp;
+  // The output this block belongs to (kSiluMul: the gate's blocks, with up alongside).
+  int64_t block = blockIdx.x;
   int which = 0;
   const int searched = args.epilogue == GemvEpilogue::kSiluMul ? 1 : args.outputs;
-  for (; which < searched; ++which) {
+  for (; which < searched - 1; ++which) {
     const int64_t blocks = args.m * (args.output[which].n / kBlock);
     if (block < blocks) break;
     block -= blocks;
   }
-  if (which == searched) return;  // whole warps leave together: shuffles stay full-mask
-  const GemvOutput& o = args.output[which];
+  const GemvOutput o = which == 0 ? args.output[0] : which == 1 ? args.output[1] : args.output[2];
   const int64_t blocks_per_row = o.n / kBlock;
   const int64_t row = block / blocks_per_row;
   const int64_t col0 = (block % blocks_per_row) * kBlock + wht128::kPerLane * lane;
+  const bool silu = args.epilogue == GemvEpilogue::kSiluMul;
 
+  __shared__ float4 part[2][kSliceGroups][kWarpSize];
+  part[0][group][lane] = slice_sum(o, args.m, args.slices, row, col0, group);
+  if (silu) part[1][group][lane] = slice_sum(args.output[1], args.m, args.slices, row, col0, group);
+  __syncthreads();
+  if (group != 0) return;
+
+  const auto summed = [&](int k, float (&v)[wht128::kPerLane]) {
+    float4 t = part[k][0][lane];
+    for (int g = 1; g < kSliceGroups; ++g) {
+      t.x += part[k][g][lane].x;
+      t.y += part[k][g][lane].y;
+      t.z += part[k][g][lane].z;
+      t.w += part[k][g][lane].w;
+    }
+    v[0] = t.x;
+    v[1] = t.y;
+    v[2] = t.z;
+    v[3] = t.w;
+  };
   float v[wht128::kPerLane];
-  transformed(o, args.m, args.slices, row, col0, lane, v);
-  if (args.epilogue == GemvEpilogue::kSiluMul) {
+  summed(0, v);
+  finish(o, col0, lane, v);
+  if (silu) {
     float u[wht128::kPerLane];
-    transformed(args.output[1], args.m, args.slices, row, col0, lane, u);
+    summed(1, u);
+    finish(args.output[1], col0, lane, u);
     auto* act = static_cast<__half*>(o.y);
 #pragma unroll
     for (int e = 0; e < wht128::kPerLane; ++e) {
@@ -125,10 +158,8 @@ void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream) {
                    args.output[0].out_features == args.output[1].out_features && !args.output[0].y_f32,
                "gemv output: silu-mul takes gate and up of one width and an F16 output");
   }
-  const int64_t grid = (blocks + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  EXL3_CHECK(grid <= std::numeric_limits<int32_t>::max(), "gemv output: too many blocks");
-  gemv_output_kernel<<<static_cast<unsigned>(grid), kWarpsPerBlock * kWarpSize, 0, stream>>>(args);
-  EXL3_CUDA_CHECK_LAUNCH();
+  EXL3_CHECK(blocks <= std::numeric_limits<int32_t>::max(), "gemv output: too many blocks");
+  launch_dependent(gemv_output_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream, args);
 }
 
 }  // namespace exl3

@@ -1,18 +1,21 @@
 // CUDA RMSNorm: the device twin of rms_norm_ref. One block per row: the block sums x² in fp32,
-// then every thread scales the elements it read (kept in registers for rows up to 4096 wide), so
+// then every thread scales the elements it read (kept in registers for rows up to 16384 wide), so
 // out may alias x (each element is read and written by the same thread, after the block-wide sum).
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/elementwise.cuh"
 
 namespace exl3 {
 namespace {
 
-constexpr int kMaxThreads = 256;
+constexpr int kMaxThreads = 1024;
+constexpr int kElementsPerThread = 4;  // the launch picks threads for about this many elements each
 constexpr int kWarpSize = 32;
 
 // Sum of `v` over the block (blockDim.x a multiple of 32), returned to every thread.
@@ -35,18 +38,22 @@ constexpr int kPerThread = 16;
 
 // No __restrict__: out may alias x.
 template <typename Tin, typename Tout>
-__global__ void rms_norm_kernel(const Tin* x, const float* __restrict__ weight, Tout* out, int64_t dim,
+__global__ void __launch_bounds__(kMaxThreads) rms_norm_kernel(const Tin* x, const float* __restrict__ weight, Tout* out, int64_t dim,
                                 float eps) {
+  allow_dependents();  // a dependent launch after this one may start its prologue
   const int64_t base = static_cast<int64_t>(blockIdx.x) * dim;
   const int stride = static_cast<int>(blockDim.x);
   const int tid = static_cast<int>(threadIdx.x);
   if (dim <= static_cast<int64_t>(stride) * kPerThread) {
     // One pass over memory: every load issued before the sum, the values kept for the scaling.
+    // The weights are read alongside x, so the row costs one memory round trip.
     float v[kPerThread];
+    float w[kPerThread];
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int64_t i = tid + static_cast<int64_t>(j) * stride;
       v[j] = i < dim ? cuda_io::to_f32(x[base + i]) : 0.0f;
+      w[j] = i < dim ? weight[i] : 0.0f;
     }
     float sum_sq = 0.0f;
 #pragma unroll
@@ -55,7 +62,7 @@ __global__ void rms_norm_kernel(const Tin* x, const float* __restrict__ weight, 
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int64_t i = tid + static_cast<int64_t>(j) * stride;
-      if (i < dim) out[base + i] = cuda_io::from_f32<Tout>(v[j] * scale * weight[i]);
+      if (i < dim) out[base + i] = cuda_io::from_f32<Tout>(v[j] * scale * w[j]);
     }
     return;
   }
@@ -85,8 +92,9 @@ void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
   EXL3_CHECK(p.rows <= std::numeric_limits<int32_t>::max(), "rms_norm: too many rows ", p.rows);
   if (p.rows == 0) return;
   EXL3_CHECK(p.x != nullptr && p.weight != nullptr && p.out != nullptr, "rms_norm: null pointer");
-  int threads = kMaxThreads;
-  if (p.dim < kMaxThreads) threads = static_cast<int>((p.dim + kWarpSize - 1) / kWarpSize) * kWarpSize;
+  // About kElementsPerThread elements a thread (all loads of a row in flight at once), whole warps.
+  const int64_t wanted = (p.dim + kElementsPerThread - 1) / kElementsPerThread;
+  const int threads = static_cast<int>(std::min<int64_t>(kMaxThreads, (wanted + kWarpSize - 1) / kWarpSize * kWarpSize));
   cuda_io::visit_float_dtype(p.x_dtype, "rms_norm x", [&](auto in_tag) {
     using Tin = typename decltype(in_tag)::type;
     cuda_io::visit_float_dtype(p.out_dtype, "rms_norm out", [&](auto out_tag) {

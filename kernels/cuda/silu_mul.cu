@@ -4,6 +4,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/dtype_io.cuh"
 #include "kernels/cuda/elementwise.cuh"
 
@@ -14,6 +15,7 @@ constexpr int kThreads = 256;
 
 // No __restrict__: out may be gate or up.
 __global__ void silu_mul_kernel(const __half* gate, const __half* up, __half* out, int64_t n) {
+  allow_dependents();  // a dependent launch after this one may start its prologue
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     const float g = __half2float(gate[i]);
