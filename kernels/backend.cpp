@@ -24,6 +24,13 @@ void Backend::linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, T
   add(residual, out);
 }
 
+void Backend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq, float attention_scaling,
+                            PagedKv& cache, const StepMeta& meta) {
+  rope(q, meta.positions, inv_freq, attention_scaling);
+  rope(k, meta.positions, inv_freq, attention_scaling);
+  kv_write(cache, k, v, meta);
+}
+
 absl::StatusOr<std::unique_ptr<StepGraph>> Backend::capture_step(const std::function<absl::Status()>&) {
   return absl::UnimplementedError(absl::StrCat(description(), ": no step graphs"));
 }

@@ -206,6 +206,11 @@ class Backend {
   // residual (F32) += x · w; out (F32, residual's shape) is scratch the composition may use.
   virtual void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual);
 
+  // rope(q), rope(k), then kv_write(cache, k, v, meta): a step's positional rotation and cache write
+  // (CUDA: one launch).
+  virtual void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq, float attention_scaling,
+                             PagedKv& cache, const StepMeta& meta);
+
   // ---- Step graphs ------------------------------------------------------------------------------
   // capture_step runs `record` once with this backend's stream under capture: the ops it issues
   // are recorded, not run. replay_step queues the recorded work again: the same kernels on the

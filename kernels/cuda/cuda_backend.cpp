@@ -664,6 +664,39 @@ class CudaBackend final : public Backend {
     launch_kv_write(p, stream_);
   }
 
+  void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq, float attention_scaling,
+                     PagedKv& cache, const StepMeta& meta) override {
+    check_cache(cache);
+    check_meta(meta);
+    for (const Tensor* t : {static_cast<const Tensor*>(&q), static_cast<const Tensor*>(&k), &v}) {
+      check_dtype(*t, DType::kF16, "rope_kv_write q/k/v");
+    }
+    check_dtype(inv_freq, DType::kF32, "rope_kv_write inv_freq");
+    const int64_t kv_heads = cache.k_pages.dim(2), head_dim = cache.k_pages.dim(3);
+    EXL3_CHECK(q.rank() == 3 && q.dim(0) == meta.num_tokens && q.dim(2) == head_dim, "rope_kv_write q ",
+               shape_string(q.shape()), " for ", meta.num_tokens, " tokens of head_dim ", head_dim);
+    EXL3_CHECK(k.shape() == v.shape() && k.shape() == Shape({meta.num_tokens, kv_heads, head_dim}), "rope_kv_write: k ",
+               shape_string(k.shape()), " v ", shape_string(v.shape()), " for ", meta.num_tokens,
+               " tokens and pages ", shape_string(cache.k_pages.shape()));
+    EXL3_CHECK(2 * inv_freq.numel() <= head_dim, "rope_kv_write: rotary dim ", 2 * inv_freq.numel(), " > head_dim ",
+               head_dim);
+    RopeKvWriteParams p;
+    p.q = mut<__half>(q);
+    p.k = mut<__half>(k);
+    p.v = ptr<__half>(v);
+    p.k_pages = mut<__half>(cache.k_pages);
+    p.v_pages = mut<__half>(cache.v_pages);
+    p.inv_freq = ptr<float>(inv_freq);
+    p.attention_scaling = attention_scaling;
+    p.heads = q.dim(1);
+    p.kv_heads = kv_heads;
+    p.head_dim = head_dim;
+    p.rotary_dim = 2 * inv_freq.numel();
+    p.num_pages = cache.k_pages.dim(0);
+    p.batch = paged_batch(meta, cache.page_size);
+    launch_rope_kv_write(p, stream_);
+  }
+
   void attention(const Tensor& q, const PagedKv& cache, const StepMeta& meta, Tensor& out) override {
     check_cache(cache);
     check_meta(meta);

@@ -424,9 +424,12 @@ int resident_blocks(int64_t m) {
 
 // The launch shape: k-slices of tiles_per_slice tiles (whole kSliceTiles groups, at most
 // max_tiles, at most max_slices slices) and blocks per slice, whose warps share the slice's
-// n-tiles. Chosen to keep every resident warp busy until the end: the cost of a warp is its
-// rounds of n-tiles times the slice length plus a fixed setup (staging A, the pipeline's fill),
-// worth about kSetupGroups groups of tiles, plus the summing of the slices after it.
+// n-tiles. A block's work is its warps' rounds of n-tiles times the slice length plus a fixed setup
+// (staging A, filling the pipeline) worth about kSetupGroups groups of tiles. An SM holds
+// blocks_per_sm blocks at once (more take further waves) and runs up to kSaturatingBlocks of them
+// at full speed each; beyond that they share its issue rate, so a wave takes a block's work times
+// max(1, its blocks / kSaturatingBlocks). The output pass adds kSliceGroups a slice. The plan
+// minimises the busiest SM's time (whole multiples of the SM count, no nearly idle last wave).
 struct GemvGrid {
   int64_t tiles_per_slice = 0;
   int64_t slices = 0;
@@ -435,26 +438,35 @@ struct GemvGrid {
 
 constexpr double kSetupGroups = 1.5;
 constexpr double kSliceGroups = 0.05;
+constexpr double kSaturatingBlocks = 3.0;  // blocks (24 warps) that keep an SM's issue slots busy
 
 GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, int blocks_per_sm, int64_t max_slices,
                    int max_tiles) {
   const int64_t groups = k_tiles / kSliceTiles;
-  const int64_t resident = int64_t{blocks_per_sm} * sm_count;
   const int64_t fewest = (k_tiles + max_tiles - 1) / max_tiles;
   const int64_t most_blocks = (n_tiles + kWarps - 1) / kWarps;
   GemvGrid best;
-  double best_score = -1.0;
+  double best_time = 0.0;
   for (int64_t per = (groups + fewest - 1) / fewest; per >= 1; --per) {
     const int64_t slices = (groups + per - 1) / per;
     if (slices > max_slices) break;
-    const int64_t blocks = std::clamp<int64_t>(resident / slices, 1, most_blocks);
-    const int64_t rounds = (n_tiles + blocks * kWarps - 1) / (blocks * kWarps);
-    // The output transform reads every slice's partials: about kSliceGroups groups' worth a slice.
-    const double cost = static_cast<double>(rounds * per) + kSetupGroups + kSliceGroups * static_cast<double>(slices);
-    const double score = static_cast<double>(n_tiles * groups) / (static_cast<double>(resident * kWarps) * cost);
-    if (score > best_score * 1.02) {
-      best_score = score;
-      best = {per * kSliceTiles, slices, blocks};
+    // Blocks per slice: every count that fills whole rounds of the SMs (up to four waves of
+    // resident blocks), and the most the n-tiles allow.
+    for (int64_t j = 1; j <= 4 * blocks_per_sm + 1; ++j) {
+      const int64_t blocks = j <= 4 * blocks_per_sm ? std::clamp<int64_t>(j * sm_count / slices, 1, most_blocks)
+                                                    : most_blocks;
+      const int64_t rounds = (n_tiles + blocks * kWarps - 1) / (blocks * kWarps);
+      const int64_t per_sm = (blocks * slices + sm_count - 1) / sm_count;
+      const int64_t waves = (per_sm + blocks_per_sm - 1) / blocks_per_sm;
+      const double saturating = std::min<double>(kSaturatingBlocks, blocks_per_sm);
+      const double concurrent = static_cast<double>(std::min<int64_t>(per_sm, blocks_per_sm));
+      const double time = static_cast<double>(waves) * (static_cast<double>(rounds * per) + kSetupGroups) *
+                              std::max(1.0, concurrent / saturating) +
+                          kSliceGroups * static_cast<double>(slices);
+      if (best.slices == 0 || time < best_time * 0.98) {
+        best_time = time;
+        best = {per * kSliceTiles, slices, blocks};
+      }
     }
   }
   return best;

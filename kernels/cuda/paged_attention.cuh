@@ -33,6 +33,22 @@ struct KvWriteParams {
 };
 void launch_kv_write(const KvWriteParams& p, cudaStream_t stream);
 
+// launch_rope on q and on k, then launch_kv_write of the rotated k and v, in one launch
+// (rope_kv_write.cu): q [tokens, heads, head_dim] and k [tokens, kv_heads, head_dim] rotated in
+// place (NEOX, rotary_dim <= head_dim), k and v written to their cache slots.
+struct RopeKvWriteParams {
+  __half* q = nullptr;
+  __half* k = nullptr;
+  const __half* v = nullptr;
+  __half* k_pages = nullptr;
+  __half* v_pages = nullptr;
+  const float* inv_freq = nullptr;  // [rotary_dim / 2]
+  float attention_scaling = 1.0f;
+  int64_t heads = 0, kv_heads = 0, head_dim = 0, rotary_dim = 0, num_pages = 0;
+  PagedBatch batch;
+};
+void launch_rope_kv_write(const RopeKvWriteParams& p, cudaStream_t stream);
+
 // attention_ref for every token: q F16 [tokens, heads, head_dim] at positions[t] attends to
 // positions 0..positions[t] of its sequence; query head h reads KV head h / (heads / kv_heads);
 // out F16 [tokens, heads, head_dim]; scale = 1/sqrt(head_dim). Contract: heads % kv_heads == 0,

@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -686,6 +687,46 @@ std::vector<Check> run_attention(Backend& b, std::mt19937& rng, const AttentionC
           {"attention", to_host_f32(b, out), want, kAttention}};
 }
 
+// Backend::rope_kv_write: q and k rotated in place, the rotated k and v in their cache slots; a
+// step of two sequences over scattered pages (3 tokens at 5..7, 1 token at 40), against rope_ref
+// and kv_write_ref of the rotated keys.
+std::vector<Check> run_rope_kv_write(Backend& b, std::mt19937& rng, int64_t heads, int64_t kv_heads, int64_t head_dim,
+                                     int64_t rotary_dim) {
+  constexpr int64_t kPageSize = 16, kNumPages = 9, kMaxPages = 3;
+  const std::vector<std::vector<int32_t>> tables = {{4, 7, 1}, {6, 0, 8}};
+  std::vector<int32_t> page_table;
+  for (const auto& t : tables) page_table.insert(page_table.end(), t.begin(), t.end());
+  HostStep step;
+  step.positions = {5, 6, 7, 40};
+  step.token_seq = {0, 0, 0, 1};
+  const int64_t n = 4;
+  const Tensor q = rounded(normal({n, heads, head_dim}, rng), DType::kF16);
+  const Tensor k = rounded(normal({n, kv_heads, head_dim}, rng), DType::kF16);
+  const Tensor v = rounded(normal({n, kv_heads, head_dim}, rng), DType::kF16);
+  std::vector<float> inv_freq(static_cast<size_t>(rotary_dim / 2));
+  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = static_cast<float>(std::pow(10000.0, -2.0 * i / rotary_dim));
+  Tensor want_q = q.clone(), want_k = k.clone();
+  rope_ref(want_q, step.positions, inv_freq, 1.0f);
+  rope_ref(want_k, step.positions, inv_freq, 1.0f);
+  const Shape page_shape{kNumPages, kPageSize, kv_heads, head_dim};
+  PagedKv ref_cache{Tensor::zeros(DType::kF32, page_shape), Tensor::zeros(DType::kF32, page_shape), kPageSize};
+  const std::span<const int32_t> pos0(step.positions.data(), 3), pos1(step.positions.data() + 3, 1);
+  kv_write_ref(ref_cache, tables[0], pos0, want_k.rows(0, 3), v.rows(0, 3));
+  kv_write_ref(ref_cache, tables[1], pos1, want_k.rows(3, 1), v.rows(3, 1));
+
+  const DType act = b.activation_dtype();
+  PagedKv cache{device_zeros(b, b.kv_dtype(), page_shape), device_zeros(b, b.kv_dtype(), page_shape), kPageSize};
+  Tensor qd = to_device(b, to_dtype(q, act)), kd = to_device(b, to_dtype(k, act));
+  const StepMeta meta = device_meta(b, step, page_table, 2, kMaxPages);
+  b.rope_kv_write(qd, kd, to_device(b, to_dtype(v, act)),
+                  to_device(b, Tensor::from_vector(inv_freq, {static_cast<int64_t>(inv_freq.size())})), 1.0f, cache,
+                  meta);
+  return {{"q", to_host_f32(b, qd), want_q, kF16Rounded},
+          {"k", to_host_f32(b, kd), want_k, kF16Rounded},
+          {"k_pages", to_host_f32(b, cache.k_pages), ref_cache.k_pages, kF16Rounded},
+          {"v_pages", to_host_f32(b, cache.v_pages), ref_cache.v_pages, kExact}};
+}
+
 void add_attention_cases(std::vector<OpCase>& cases) {
   const std::pair<const char*, AttentionCase> list[] = {
       {"prefill", {8, 2, 128, 16, {{0, 17}, {0, 1}, {0, 33}}}},
@@ -698,6 +739,11 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   for (const auto& [name, c] : list) {
     cases.push_back({absl::StrCat("kv_write_attention_", name, "_h", c.heads, "_kv", c.kv_heads, "_hd", c.head_dim),
                      [c](Backend& b, std::mt19937& rng) { return run_attention(b, rng, c); }});
+  }
+  for (const auto& [heads, kv, hd, rot] : {std::array<int64_t, 4>{8, 2, 64, 64}, std::array<int64_t, 4>{6, 3, 96, 32},
+                                           std::array<int64_t, 4>{32, 8, 128, 128}}) {
+    cases.push_back({absl::StrCat("rope_kv_write_h", heads, "_kv", kv, "_hd", hd, "_rot", rot),
+                     [=](Backend& b, std::mt19937& rng) { return run_rope_kv_write(b, rng, heads, kv, hd, rot); }});
   }
 }
 

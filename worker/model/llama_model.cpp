@@ -292,10 +292,8 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
       be.rms_norm(q, layer.q_norm, eps, q);
       be.rms_norm(k, layer.k_norm, eps, k);
     }
-    be.rope(q, meta.positions, inv_freq_, rope_.attention_scaling);
-    be.rope(k, meta.positions, inv_freq_, rope_.attention_scaling);
     PagedKv& kv = cache.layer(index);
-    be.kv_write(kv, k, v, meta);
+    be.rope_kv_write(q, k, v, inv_freq_, rope_.attention_scaling, kv, meta);
     Tensor attn = b.attn.view_bytes(0, b.attn.dtype(), {n, layer.heads, hd});
     be.attention(q, kv, meta, attn);
     Tensor attn2 = attn.reshape({n, layer.heads * hd});
