@@ -128,5 +128,30 @@ TEST(LlamaModelGpu, IncrementalDecodeMatchesFullRecompute) {
   EXPECT_GE(c.top1_agreement, 0.98);
 }
 
+// A prompt run as two chunks, the first returning no logits rows (a step with nothing for the head),
+// gives the last-token logits of the prompt run at once.
+TEST(LlamaModelGpu, ChunkWithoutLogitsThenLastMatchesOneChunk) {
+  auto model = load_on_gpu(source_path("models/exl3-4.0bpw"));
+  auto ref = SafetensorsFile::open(test_data("reference/exl3_4.0bpw.safetensors"));
+  ASSERT_TRUE(ref.ok());
+  const std::vector<int32_t> seq = row_ids(*(*ref)->get("input_ids"), 1);
+  const int64_t n = static_cast<int64_t>(seq.size()), split = n / 2, vocab = 4096;
+  KvCache one(model->cache_shape(/*num_pages=*/8, 16), model->backend());
+  KvCache two(model->cache_shape(/*num_pages=*/8, 16), model->backend());
+  PageTable one_table, two_table;
+  ASSERT_TRUE(one.reserve(one_table, n).ok());
+  ASSERT_TRUE(two.reserve(two_table, n).ok());
+  const Tensor want = model->forward(seq, 0, one, one_table, LogitsMode::kLast);
+  const Tensor none = model->forward(std::span<const int32_t>(seq).first(split), 0, two, two_table, LogitsMode::kNone);
+  EXPECT_EQ(none.dim(0), 0);
+  const Tensor got = model->forward(std::span<const int32_t>(seq).subspan(split), static_cast<int32_t>(split), two,
+                                    two_table, LogitsMode::kLast);
+  ASSERT_EQ(got.dim(0), 1);
+  ASSERT_EQ(got.dim(1), vocab);
+  const LogitsComparison c = compare_logits(want, got);
+  EXPECT_LE(c.max_kl, 1e-6) << "chunked vs one chunk";
+  EXPECT_EQ(c.top1_agreement, 1.0);
+}
+
 }  // namespace
 }  // namespace exl3

@@ -505,6 +505,9 @@ absl::StatusOr<Tensor> LlamaModel::run_head(StepBuffers& b, const StepMeta& meta
   const ModelConfig& c = config_;
   Backend& be = *backend_;
   const int64_t r = meta.num_logit_rows;
+  // A step without logits rows (a prompt chunk before its last) has no head work; every rank of a
+  // tensor-parallel group sees the same rows, so they all skip the gather together.
+  if (r == 0) return head_output(b, comm);
   be.gather_rows(b.x, meta.logit_rows, b.selected);
   be.rms_norm(b.selected, final_norm_, static_cast<float>(c.rms_norm_eps), b.normed);
   be.linear(lm_head_.weights(), b.normed, b.logits);  // [r, vocab_end - vocab_begin]
