@@ -94,9 +94,11 @@ struct GemvCheck {
 GemvCheck check_gemm_against_reference(const Tensor& trellis, int bits, Codebook codebook, const Tensor& a,
                                        const Tensor& c, int64_t rows);
 
-// Accepted max_rel_error of a check: fp32 accumulation over k = 4096 of ~N(0,1) products is
-// accurate to ~1e-6 of the RMS; a wrong tile order or decode is off by O(1).
-constexpr double kGemvCheckTolerance = 1e-3;
+// Accepted max_rel_error of a check: the few-rows path multiplies by the codebook values before
+// their fp16 rounding (exl3_gemv.cu), up to half an fp16 ulp (2^-11) per weight away from the
+// reference's rounded weights, which over k = 4096 products leaves the worst of 128 columns near
+// 1e-3 of the RMS (measured 1.01e-3 at K=2 MCG); a wrong tile order or decode is off by O(1).
+constexpr double kGemvCheckTolerance = 3e-3;
 
 struct GemvBenchReport {
   std::string device_description;
