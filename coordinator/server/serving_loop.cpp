@@ -193,6 +193,11 @@ void ServingLoop::run() {
       std::unique_lock lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_ || !scheduler_.idle(); });
       if (stop_) return;
+      if (scheduler_.idle()) {
+        lock.unlock();
+        if (!refresh_worker_memory()) return;
+        continue;
+      }
       plan = scheduler_.next_step();
       if (!plan) {
         const std::vector<SeqId> released = scheduler_.take_released();
@@ -227,18 +232,61 @@ void ServingLoop::run() {
       if (on_failure_) on_failure_(status);
       return;
     }
-    std::lock_guard lock(mu_);
-    busy_seconds_ += seconds(Clock::now() - t0);
-    absl::StatusOr<std::vector<SequenceUpdate>> updates = scheduler_.complete_step(outcome);
-    if (!updates.ok()) {
-      scheduler_.abandon_step();
-      std::fprintf(stderr, "coordinator: step %llu result rejected: %s\n",
-                   static_cast<unsigned long long>(plan->step_id), std::string(updates.status().message()).c_str());
-      continue;
+    {
+      std::lock_guard lock(mu_);
+      busy_seconds_ += seconds(Clock::now() - t0);
+      absl::StatusOr<std::vector<SequenceUpdate>> updates = scheduler_.complete_step(outcome);
+      if (!updates.ok()) {
+        scheduler_.abandon_step();
+        std::fprintf(stderr, "coordinator: step %llu result rejected: %s\n",
+                     static_cast<unsigned long long>(plan->step_id), std::string(updates.status().message()).c_str());
+        fail_step(*plan, absl::InternalError(absl::StrCat("step ", plan->step_id, " result rejected: ",
+                                                          updates.status().message())));
+      } else {
+        apply_updates(*updates);
+      }
+      cv_.notify_all();
     }
-    apply_updates(*updates);
-    cv_.notify_all();
+    if (!refresh_worker_memory()) return;
   }
+}
+
+void ServingLoop::fail_step(const StepPlan& plan, const absl::Status& status) {
+  for (const SequencePlan& s : plan.sequences) {
+    (void)scheduler_.cancel(s.seq_id);  // frees its pages; the release reaches the workers next step
+    auto it = live_.find(s.seq_id);
+    if (it == live_.end()) continue;
+    it->second.channel->fail(status);
+    live_.erase(it);
+  }
+}
+
+bool ServingLoop::refresh_worker_memory() {
+  {
+    std::lock_guard lock(mu_);
+    if (!worker_memory_.empty() && Clock::now() - memory_at_ < kMemoryRefresh) return true;
+  }
+  pb::Command ping;
+  ping.mutable_ping();
+  const absl::StatusOr<std::vector<pb::CommandResult>> results = group_->call_all(ping, step_timeout_);
+  if (!results.ok()) {
+    fail_all(absl::UnavailableError(absl::StrCat("worker group failed: ", results.status().message())));
+    if (on_failure_) on_failure_(results.status());
+    return false;
+  }
+  std::lock_guard lock(mu_);
+  worker_memory_.clear();
+  for (const pb::CommandResult& r : *results) worker_memory_.push_back(r.memory());
+  memory_at_ = Clock::now();
+  return true;
+}
+
+ServingLoop::WorkerMemory ServingLoop::worker_memory() {
+  std::lock_guard lock(mu_);
+  WorkerMemory m;
+  m.reports = worker_memory_;
+  m.age_s = worker_memory_.empty() ? 0.0 : seconds(Clock::now() - memory_at_);
+  return m;
 }
 
 }  // namespace exl3

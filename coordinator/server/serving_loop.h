@@ -49,6 +49,16 @@ class ServingLoop {
   void cancel(SeqId id);
   ServingTotals totals();
 
+  // The workers' last memory reports (by rank) and their age: the loop refreshes them between
+  // steps every kMemoryRefresh, so a reader (Stats) never waits behind a step. Empty before the
+  // first refresh.
+  struct WorkerMemory {
+    std::vector<pb::MemoryReport> reports;
+    double age_s = 0.0;
+  };
+  WorkerMemory worker_memory();
+  static constexpr std::chrono::milliseconds kMemoryRefresh{2000};
+
  private:
   struct Live {
     std::shared_ptr<RequestChannel> channel;
@@ -64,6 +74,12 @@ class ServingLoop {
   void apply_updates(const std::vector<SequenceUpdate>& updates);
   void end_live(SeqId id, FinishReason reason);
   void fail_all(const absl::Status& status);
+  // Fails the sequences of a step whose result was rejected (they cannot go on: the workers'
+  // state moved on without the coordinator); the others keep running.
+  void fail_step(const StepPlan& plan, const absl::Status& status);
+  // Pings the workers for their memory reports when the last ones are older than kMemoryRefresh;
+  // false when the group failed (already reported through on_failure_).
+  bool refresh_worker_memory();
 
   const Tokenizer& tokenizer_;
   std::shared_ptr<WorkerGroup> group_;
@@ -81,6 +97,8 @@ class ServingLoop {
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   double busy_seconds_ = 0.0;
   std::vector<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // (time, tokens)
+  std::vector<pb::MemoryReport> worker_memory_;
+  std::chrono::steady_clock::time_point memory_at_{};
 };
 
 }  // namespace exl3

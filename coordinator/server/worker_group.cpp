@@ -9,7 +9,56 @@
 namespace exl3 {
 
 WorkerGroup::WorkerGroup(int world_size, std::string run_id)
-    : world_size_(world_size), run_id_(std::move(run_id)), ranks_(world_size) {}
+    : world_size_(world_size), run_id_(std::move(run_id)), ranks_(world_size) {
+  watchdog_ = std::thread([this] { watch_writes(); });
+}
+
+WorkerGroup::~WorkerGroup() {
+  {
+    std::lock_guard lock(mu_);
+    stop_watchdog_ = true;
+  }
+  cv_.notify_all();
+  if (watchdog_.joinable()) watchdog_.join();
+}
+
+void WorkerGroup::begin_writes(std::chrono::milliseconds timeout, uint64_t command_id) {
+  std::lock_guard lock(mu_);
+  writes_deadline_ = std::chrono::steady_clock::now() + timeout;
+  writes_timeout_ = timeout;
+  writes_command_ = command_id;
+  cv_.notify_all();
+}
+
+void WorkerGroup::end_writes() {
+  std::lock_guard lock(mu_);
+  writes_deadline_.reset();
+}
+
+// Wakes when writes begin, or on their deadline: a write still blocked then (the worker does not
+// read; gRPC's flow control holds the writer) fails the group and cancels every session, which
+// makes the blocked Write return.
+void WorkerGroup::watch_writes() {
+  std::unique_lock lock(mu_);
+  while (!stop_watchdog_) {
+    if (!writes_deadline_) {
+      cv_.wait(lock, [&] { return stop_watchdog_ || writes_deadline_.has_value(); });
+      continue;
+    }
+    const auto deadline = *writes_deadline_;
+    if (cv_.wait_until(lock, deadline, [&] { return stop_watchdog_ || writes_deadline_ != deadline; })) continue;
+    if (failure_.ok()) {
+      failure_ = absl::DeadlineExceededError(absl::StrCat("writing command ", writes_command_, " to the workers took over ",
+                                                          writes_timeout_.count(), " ms (a worker is not reading)"));
+      std::fprintf(stderr, "coordinator: %s\n", std::string(failure_.message()).c_str());
+    }
+    for (Rank& r : ranks_) {
+      if (r.session_open && r.context != nullptr) r.context->TryCancel();
+    }
+    writes_deadline_.reset();
+    cv_.notify_all();
+  }
+}
 
 grpc::Status WorkerGroup::on_register(const pb::RegisterRequest& request, pb::RegisterResponse* response) {
   std::lock_guard lock(mu_);
@@ -49,6 +98,7 @@ grpc::Status WorkerGroup::run_session(grpc::ServerContext* context,
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, absl::StrCat("unexpected session for rank ", rank));
     }
     ranks_[rank].stream = stream;
+    ranks_[rank].context = context;
     ranks_[rank].session_open = true;
     cv_.notify_all();
   }
@@ -74,6 +124,7 @@ grpc::Status WorkerGroup::run_session(grpc::ServerContext* context,
   std::lock_guard lock(mu_);
   ranks_[rank].session_open = false;
   ranks_[rank].stream = nullptr;
+  ranks_[rank].context = nullptr;
   cv_.notify_all();
   return grpc::Status::OK;
 }
@@ -128,13 +179,16 @@ absl::StatusOr<std::vector<pb::CommandResult>> WorkerGroup::call(std::vector<pb:
       pending_results_.assign(world_size_, std::nullopt);
       for (const Rank& r : ranks_) streams.push_back(r.stream);
     }
+    begin_writes(timeout, id);
     for (int i = 0; i < world_size_; ++i) {
       commands[i].set_command_id(id);
       if (streams[i] == nullptr || !streams[i]->Write(commands[i])) {
+        end_writes();
         fail(absl::UnavailableError(absl::StrCat("worker rank ", i, " is not reachable")));
         return failure();
       }
     }
+    end_writes();
   }
   std::unique_lock lock(mu_);
   const bool done = cv_.wait_for(lock, timeout, [&] {
@@ -194,9 +248,11 @@ void WorkerGroup::shutdown(const std::string& reason, std::chrono::milliseconds 
     pb::Command cmd;
     cmd.set_command_id(0);
     cmd.mutable_shutdown()->set_reason(reason);
+    begin_writes(timeout, 0);
     for (auto* s : streams) {
       if (s != nullptr) s->Write(cmd);
     }
+    end_writes();
   }
   std::unique_lock lock(mu_);
   cv_.wait_for(lock, timeout, [&] {

@@ -1,7 +1,9 @@
 // WorkerGroup: the coordinator's view of its workers. Registration and the per-worker command
 // sessions arrive through the Control service; the coordinator sends a command to every rank
 // and waits for all results under a deadline. A worker whose session breaks fails the group at
-// once: pending and later calls return UNAVAILABLE naming the rank.
+// once: pending and later calls return UNAVAILABLE naming the rank. Writes to the sessions have
+// the call's deadline too: a watchdog cancels every session when a write (a worker not reading)
+// outlasts it, which fails the group with DEADLINE_EXCEEDED.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -11,6 +13,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -23,6 +26,9 @@ namespace pb = control::v1;
 class WorkerGroup {
  public:
   WorkerGroup(int world_size, std::string run_id);
+  ~WorkerGroup();
+  WorkerGroup(const WorkerGroup&) = delete;
+  WorkerGroup& operator=(const WorkerGroup&) = delete;
 
   int world_size() const { return world_size_; }
   const std::string& run_id() const { return run_id_; }
@@ -54,8 +60,14 @@ class WorkerGroup {
     bool registered = false;
     pb::RegisterRequest registration;
     grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>* stream = nullptr;
+    grpc::ServerContext* context = nullptr;  // of the open session, to cancel a stuck write
     bool session_open = false;
   };
+
+  // Marks writes to the sessions as in progress until `timeout` from now (end_writes() clears).
+  void begin_writes(std::chrono::milliseconds timeout, uint64_t command_id);
+  void end_writes();
+  void watch_writes();
 
   const int world_size_;
   const std::string run_id_;
@@ -71,6 +83,13 @@ class WorkerGroup {
   // The one call in flight: its command id and the results received so far.
   uint64_t pending_id_ = 0;
   std::vector<std::optional<pb::CommandResult>> pending_results_;
+  // The write watchdog: writes_deadline_ is the time by which the writes in progress must end
+  // (unset when none is in progress).
+  std::optional<std::chrono::steady_clock::time_point> writes_deadline_;
+  std::chrono::milliseconds writes_timeout_{0};
+  uint64_t writes_command_ = 0;
+  bool stop_watchdog_ = false;
+  std::thread watchdog_;
 };
 
 }  // namespace exl3
