@@ -30,11 +30,17 @@ StopStringFilter::Result StopStringFilter::append(const std::string& delta) {
     emitted_ = text_.size();
     return r;
   }
-  // Hold back the longest suffix that is a proper prefix of some stop string.
+  // Hold back the longest suffix that is a proper prefix of some stop string. Such a suffix can
+  // only start where the stop string's first byte occurs, so the candidates are found with find():
+  // the cost per token grows with the stop strings' total length, not with its square.
   size_t hold = 0;
   for (const std::string& s : stops_) {
-    for (size_t len = std::min(s.size() - 1, text_.size()); len > hold; --len) {
-      if (text_.compare(text_.size() - len, len, s, 0, len) == 0) {
+    const size_t max_len = std::min(s.size() - 1, text_.size());
+    if (max_len <= hold) continue;
+    const size_t end = text_.size() - hold;  // starts from here on give suffixes no longer than hold
+    for (size_t start = text_.find(s[0], text_.size() - max_len); start < end; start = text_.find(s[0], start + 1)) {
+      const size_t len = text_.size() - start;  // the first match is the longest
+      if (text_.compare(start, len, s, 0, len) == 0) {
         hold = len;
         break;
       }
