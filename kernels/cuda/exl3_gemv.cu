@@ -1,18 +1,19 @@
 // EXL3 matmul for few rows (m = 1..64; exl3-format.md §4, §5, §7). With so few rows the trellis
 // decode, not the multiply, is the work, and on an H200 it is bound by instruction issue, not by
-// memory (../shared/docs/hardware.md). So the loop spends as few instructions per weight as it can:
-//   - every warp owns one 16-column n-tile and walks its block's k-slice; the trellis words of the
-//     next group of tiles are loaded into registers while the current group is decoded (for K = 4
-//     and 8 each lane loads its own words, coalesced, and takes its neighbour's by a shuffle);
-//   - each lane decodes its 8 positions of a tile (exl3_tile.cuh; for K = 4 and 8 the states are
-//     byte permutes and funnel shifts of the window) straight into mma.m16n8k16 B fragments;
-//   - the products run on the otherwise idle tensor cores (2 mma per tile and 16 rows), fp32
-//     accumulation, with A fragments read from shared memory, where the block staged its k-slice
-//     of A once.
+// memory (../shared/docs/hardware.md). So the loop spends as few instructions per weight as it can
+// (docs/backend.md, "The few-rows EXL3 matmul"):
+//   - every warp streams its n-tile's trellis words through a cp.async ring in shared memory
+//     (exl3_gemv_layout.cuh) and walks its block's k-slice, n-tile after n-tile;
+//   - each lane takes its 8 states of a tile (exl3_tile.cuh; for K = 4 and 8 byte permutes and
+//     funnel shifts) and decodes them straight into mma.m16n8k16 B fragments: MUL1 as integer codes
+//     (the affine map applied to the sums), 3INST/MCG as undivided halves against a doubled k;
+//   - the products run on the tensor cores with fp32 sums, A fragments read from shared memory,
+//     where the block staged its k-slice of A once.
 // The linear variant computes that slice of A itself from x (⊙ suh, 128-point Hadamard, fp16:
-// exactly the input transform) and writes one partial product per k-slice for the output transform
-// to sum (deterministic; no memset, no atomics). The bare variant (launch_exl3_gemv) reads A and
-// adds its slices into a zeroed C with atomics.
+// exactly the input transform) and writes one partial product per k-slice for the output pass
+// (exl3_gemv_output.cu) to sum: deterministic, no memset, no atomics. The bare variant
+// (launch_exl3_gemv) reads A and adds its slices into a zeroed C with atomics. The launch shape
+// comes from exl3_gemv_plan.h.
 #include "kernels/cuda/exl3_gemv.cuh"
 
 #include <cuda_fp16.h>
@@ -27,21 +28,17 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/exl3_gemv_layout.cuh"
+#include "kernels/cuda/exl3_gemv_plan.h"
 #include "kernels/cuda/exl3_tile.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
 
 namespace exl3 {
 namespace {
 
-using trellis::kTileSize;
+using namespace gemv;  // NOLINT: the layout constants and the planner
 
-constexpr int kWarpSize = 32;
-constexpr int kWarps = 8;                        // one n-tile each
-constexpr int kThreads = kWarps * kWarpSize;
-constexpr int kSliceTiles = 8;                   // k-slices are whole 128-input Hadamard blocks
-constexpr int kStagedWords = 12288;              // 48 KiB per block: trellis rings + staged A
-constexpr int kMaxTilesPerSlice = 64;
-constexpr int kRowSumWords = 64;                 // MUL1's per-row sums of the staged A
+using trellis::kTileSize;
 
 // Staged A, in mma fragment order: for every 16-row block and tile of the slice, 128 words (fp16
 // pairs), 4 per lane, so that lane l reads its whole A fragment {a0, a1, a2, a3} with one 16-byte
@@ -53,14 +50,11 @@ constexpr int kRowSumWords = 64;                 // MUL1's per-row sums of the s
 // first holds A's even k rows, the second its odd ones, each value in both halves of its word.
 // The mma then sums over a k twice as long whose pairs are the two halves of one decoded word
 // (lo·x + hi·x = (lo + hi)·x), so the decode skips pairing and adding the halves (§5).
-constexpr int kFragmentWords = 4 * kWarpSize;  // one 16x16 tile of A
 
 template <Codebook kCodebook, int kMBlocks>
 constexpr bool doubled_k() {
   return kCodebook != Codebook::kMul1 && kMBlocks == 1;
 }
-
-__host__ __device__ constexpr int staged_words_per_tile(bool doubled) { return doubled ? 2 * kFragmentWords : kFragmentWords; }
 
 __device__ __forceinline__ int fragment_half(int r, int kk) {  // r: row in the block, kk: k in the tile
   const int lane = 4 * (r % 8) + (kk % 8) / 2;
@@ -83,30 +77,8 @@ __device__ __forceinline__ int doubled_word(int r, int kk) {
 constexpr float kMul1Inv = 0.00676727294921875f;  // fp16 0x1EEE
 constexpr float kMul1Bias = -10.3828125f;         // fp16 0xC931
 
-// Trellis words travel through a per-warp ring in shared memory (cp.async, ring_stages stages of
-// kStageTiles tiles, all but one in flight): deep enough to keep HBM busy without spending
-// registers on loads in flight. One 16-byte cp.async per lane moves 512 bytes per warp. Wider
-// tiles take fewer stages (each at most 2 KiB a warp), leaving room for the staged A.
-constexpr int kStageTiles = 4;
-
-__host__ __device__ constexpr int ring_stages(int bits) { return bits <= 4 ? 4 : bits == 5 ? 3 : 2; }
-
-__host__ __device__ constexpr int ring_words(int bits) {  // per warp: at most 2 KiB
-  return ring_stages(bits) * kStageTiles * trellis::tile_words(bits);
-}
-
-// The largest k-slice whose staged A fits beside the block's rings.
-__host__ __device__ constexpr int max_tiles_per_slice(int bits, int m_blocks, bool doubled) {
-  const int fit = (kStagedWords - kRowSumWords - kWarps * ring_words(bits)) /
-                  (m_blocks * staged_words_per_tile(doubled)) /
-                  kSliceTiles * kSliceTiles;
-  return fit < kMaxTilesPerSlice ? fit : kMaxTilesPerSlice;
-}
-static_assert(max_tiles_per_slice(8, 4, false) >= kSliceTiles && max_tiles_per_slice(8, 1, true) >= kSliceTiles);
-
 // One launch serves up to kMaxProblems linears of the same input (q/k/v, gate/up): blocks
 // [block_begin, block_begin + blocks) of every slice belong to one problem.
-constexpr int kMaxProblems = 3;
 
 struct GemvProblem {
   const __half* suh;        // linear only
@@ -217,15 +189,8 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
 }
 
-// Blocks per SM the registers must allow: 4 (64 registers) for one m-block, fewer where the
-// accumulators of more m-blocks need the room. Shared memory (rings and staged A, 48 KiB) allows 4.
-template <int kMBlocks>
-constexpr int blocks_per_sm() {
-  return kMBlocks == 1 ? 4 : kMBlocks == 2 ? 3 : 2;
-}
-
 template <int kBits, Codebook kCodebook, int kMBlocks, bool kLinear>
-__global__ void __launch_bounds__(kThreads, blocks_per_sm<kMBlocks>()) exl3_gemv_kernel(GemvArgs args) {
+__global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_kernel(GemvArgs args) {
   constexpr int kWords = trellis::tile_words(kBits);
   constexpr int kChunksPerTile = kWords / 4;  // 16-byte cp.async chunks
   constexpr int kStageWords = kStageTiles * kWords;
@@ -413,63 +378,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm<kMBlocks>()) exl3_gemv
     }
   }
   cp_async_wait<0>();
-}
-
-// m-blocks of 16 rows the kernel instance for m runs, and its resident blocks per SM.
-int m_blocks(int64_t m) { return static_cast<int>((m + 15) / 16); }
-bool doubled(Codebook codebook, int64_t m) { return codebook != Codebook::kMul1 && m_blocks(m) == 1; }
-int resident_blocks(int64_t m) {
-  return m_blocks(m) == 1 ? blocks_per_sm<1>() : m_blocks(m) == 2 ? blocks_per_sm<2>() : blocks_per_sm<3>();
-}
-
-// The launch shape: k-slices of tiles_per_slice tiles (whole kSliceTiles groups, at most
-// max_tiles, at most max_slices slices) and blocks per slice, whose warps share the slice's
-// n-tiles. A block's work is its warps' rounds of n-tiles times the slice length plus a fixed setup
-// (staging A, filling the pipeline) worth about kSetupGroups groups of tiles. An SM holds
-// blocks_per_sm blocks at once (more take further waves) and runs up to kSaturatingBlocks of them
-// at full speed each; beyond that they share its issue rate, so a wave takes a block's work times
-// max(1, its blocks / kSaturatingBlocks). The output pass adds kSliceGroups a slice. The plan
-// minimises the busiest SM's time (whole multiples of the SM count, no nearly idle last wave).
-struct GemvGrid {
-  int64_t tiles_per_slice = 0;
-  int64_t slices = 0;
-  int64_t blocks_per_slice = 0;
-};
-
-constexpr double kSetupGroups = 1.5;
-constexpr double kSliceGroups = 0.05;
-constexpr double kSaturatingBlocks = 3.0;  // blocks (24 warps) that keep an SM's issue slots busy
-
-GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, int blocks_per_sm, int64_t max_slices,
-                   int max_tiles) {
-  const int64_t groups = k_tiles / kSliceTiles;
-  const int64_t fewest = (k_tiles + max_tiles - 1) / max_tiles;
-  const int64_t most_blocks = (n_tiles + kWarps - 1) / kWarps;
-  GemvGrid best;
-  double best_time = 0.0;
-  for (int64_t per = (groups + fewest - 1) / fewest; per >= 1; --per) {
-    const int64_t slices = (groups + per - 1) / per;
-    if (slices > max_slices) break;
-    // Blocks per slice: every count that fills whole rounds of the SMs (up to four waves of
-    // resident blocks), and the most the n-tiles allow.
-    for (int64_t j = 1; j <= 4 * blocks_per_sm + 1; ++j) {
-      const int64_t blocks = j <= 4 * blocks_per_sm ? std::clamp<int64_t>(j * sm_count / slices, 1, most_blocks)
-                                                    : most_blocks;
-      const int64_t rounds = (n_tiles + blocks * kWarps - 1) / (blocks * kWarps);
-      const int64_t per_sm = (blocks * slices + sm_count - 1) / sm_count;
-      const int64_t waves = (per_sm + blocks_per_sm - 1) / blocks_per_sm;
-      const double saturating = std::min<double>(kSaturatingBlocks, blocks_per_sm);
-      const double concurrent = static_cast<double>(std::min<int64_t>(per_sm, blocks_per_sm));
-      const double time = static_cast<double>(waves) * (static_cast<double>(rounds * per) + kSetupGroups) *
-                              std::max(1.0, concurrent / saturating) +
-                          kSliceGroups * static_cast<double>(slices);
-      if (best.slices == 0 || time < best_time * 0.98) {
-        best_time = time;
-        best = {per * kSliceTiles, slices, blocks};
-      }
-    }
-  }
-  return best;
 }
 
 // Shares the plan's blocks per slice out to the problems in proportion to their n-tiles (at least
