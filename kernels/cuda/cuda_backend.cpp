@@ -1,7 +1,7 @@
 // The CUDA backend (see cuda_backend.h): memory through a capped DeviceAllocator, uploads staged
 // through pinned host buffers on the backend's stream (UploadStager), weights converted on the device, and each
-// op of kernels/backend.h checked at entry and handed to its launcher (elementwise.cuh,
-// exl3_linear.cuh, dense_linear.h, paged_attention.cuh).
+// op of kernels/backend.h checked at entry (cuda_checks.h) and handed to its launcher
+// (elementwise.cuh, paged_attention.cuh, sample.cuh; linears through cuda_linear.h).
 #include "kernels/cuda/cuda_backend.h"
 
 #include <cublas_v2.h>
@@ -19,6 +19,8 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/count_nonfinite.cuh"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/cuda_checks.h"
+#include "kernels/cuda/cuda_linear.h"
 #include "kernels/cuda/cuda_step_graph.h"
 #include "kernels/cuda/dense_linear.h"
 #include "kernels/cuda/device_allocator.h"
@@ -40,31 +42,6 @@ constexpr size_t kConvertChunkBytes = size_t{32} << 20;
 
 bool is_float(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
 
-void check_device(const Tensor& t, const char* what) {
-  EXL3_CHECK(t.defined() && t.device() == Device::kCuda, what, " must be a defined cuda tensor");
-}
-
-void check_dtype(const Tensor& t, DType dtype, const char* what) {
-  check_device(t, what);
-  EXL3_CHECK(t.dtype() == dtype, what, " must be ", dtype_name(dtype), ", got ", dtype_name(t.dtype()));
-}
-
-void check_f32_or_f16(const Tensor& t, const char* what) {
-  check_device(t, what);
-  EXL3_CHECK(t.dtype() == DType::kF32 || t.dtype() == DType::kF16, what, " must be F32 or F16, got ",
-             dtype_name(t.dtype()));
-}
-
-template <typename T>
-const T* ptr(const Tensor& t) {
-  return static_cast<const T*>(t.raw());
-}
-
-template <typename T>
-T* mut(Tensor& t) {
-  return static_cast<T*>(t.mutable_raw());
-}
-
 absl::Status cuda_status(cudaError_t err, const std::string& label, const std::string& what) {
   if (err == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(label, ": ", what, " failed: ", cudaGetErrorString(err)));
@@ -83,49 +60,6 @@ float host_value(const Tensor& t, int64_t i) {
       return NAN;
   }
 }
-
-void check_meta(const StepMeta& meta) {
-  check_dtype(meta.positions, DType::kI32, "meta.positions");
-  check_dtype(meta.token_seq, DType::kI32, "meta.token_seq");
-  check_dtype(meta.page_table, DType::kI32, "meta.page_table");
-  EXL3_CHECK(
-      meta.num_tokens >= 0 && meta.positions.numel() == meta.num_tokens && meta.token_seq.numel() == meta.num_tokens,
-      "meta: ", meta.num_tokens, " tokens but positions ", shape_string(meta.positions.shape()), " token_seq ",
-      shape_string(meta.token_seq.shape()));
-  EXL3_CHECK(meta.page_table.numel() == meta.num_seqs * meta.max_pages, "meta: page_table ",
-             shape_string(meta.page_table.shape()), " for ", meta.num_seqs, " sequences of ", meta.max_pages, " pages");
-}
-
-// k_pages and v_pages F16 [num_pages, page_size, kv_heads, head_dim], page_size == cache.page_size.
-void check_cache(const PagedKv& cache) {
-  check_dtype(cache.k_pages, DType::kF16, "cache.k_pages");
-  check_dtype(cache.v_pages, DType::kF16, "cache.v_pages");
-  EXL3_CHECK(cache.k_pages.rank() == 4 && cache.k_pages.shape() == cache.v_pages.shape(), "cache: k_pages ",
-             shape_string(cache.k_pages.shape()), " v_pages ", shape_string(cache.v_pages.shape()));
-  EXL3_CHECK(cache.page_size > 0 && cache.k_pages.dim(1) == cache.page_size, "cache: page_size ", cache.page_size,
-             " vs pages ", shape_string(cache.k_pages.shape()));
-}
-
-PagedBatch paged_batch(const StepMeta& meta, int64_t page_size) {
-  PagedBatch b;
-  b.positions = ptr<int32_t>(meta.positions);
-  b.token_seq = ptr<int32_t>(meta.token_seq);
-  b.page_table = ptr<int32_t>(meta.page_table);
-  b.tokens = meta.num_tokens;
-  b.num_seqs = meta.num_seqs;
-  b.max_pages = meta.max_pages;
-  b.page_size = page_size;
-  b.max_position = meta.max_position;
-  return b;
-}
-
-// From this many rows on, an EXL3 linear decodes its inner weight Wq to fp16, a chunk of input rows
-// at a time, and multiplies through cuBLAS's tensor cores instead of decoding inside the GEMM:
-// measured on an H200 at 2048 rows, the fused kernel ran at ~38 TFLOP/s while decoding costs ~1 ms
-// per G weights, so for a prefill chunk decoding once and using cuBLAS wins by an order of magnitude.
-constexpr int64_t kDequantGemmRows = 128;
-// The fp16 staging of decoded Wq rows (whole rows of 16-row tiles, at most this many bytes).
-constexpr uint64_t kDequantChunkBytes = uint64_t{64} << 20;
 
 // A host F32/BF16 tensor rounded to F16 on the host (round to nearest even).
 Tensor host_to_f16(const Tensor& host) {
@@ -334,51 +268,23 @@ class CudaBackend final : public Backend {
   // scratch_c = scratch_a · Wq for a long prefill: Wq decoded into the fp16 staging rows chunk by
   // chunk (trellis rows are contiguous per 16 input features), each chunk one cuBLAS GEMM that
   // accumulates into scratch_c (row-major C[m, n] is column-major C^T[n, m] = Wq^T · A^T).
-  void exl3_linear_through_cublas(const Exl3LinearParams& p) {
-    launch_exl3_input_transform(p, stream_);
-    const int64_t chunk_rows = std::max<int64_t>(
-        16, static_cast<int64_t>(kDequantChunkBytes / (static_cast<uint64_t>(p.n) * sizeof(__half))) / 16 * 16);
-    const int64_t words_per_tile_row = (p.n / 16) * 16 * p.bits;  // int16 per 16 input rows
-    auto* staging = static_cast<__half*>(dequant_staging_.get());
-    for (int64_t k0 = 0; k0 < p.k; k0 += chunk_rows) {
-      const int64_t rows = std::min(chunk_rows, p.k - k0);
-      Exl3DecodeParams d;
-      d.trellis = p.trellis + (k0 / 16) * words_per_tile_row;
-      d.out = staging;
-      d.k = rows;
-      d.n = p.n;
-      d.bits = p.bits;
-      d.codebook = p.codebook;
-      launch_exl3_decode(d, stream_);
-      const float alpha = 1.0f, beta = k0 == 0 ? 0.0f : 1.0f;
-      EXL3_CUBLAS_CHECK(cublasGemmEx(cublas_, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.n), static_cast<int>(p.m),
-                                     static_cast<int>(rows), &alpha, staging, CUDA_R_16F, static_cast<int>(p.n),
-                                     p.scratch_a + k0, CUDA_R_16F, static_cast<int>(p.k), &beta, p.scratch_c,
-                                     CUDA_R_32F, static_cast<int>(p.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    }
-    launch_exl3_output_transform(p, stream_);
+  // What the linear paths (cuda_linear.h) use of this backend.
+  CudaLinearContext linear_context() const {
+    CudaLinearContext c;
+    c.stream = stream_;
+    c.cublas = cublas_;
+    c.scratch_a = static_cast<__half*>(scratch_a_.get());
+    c.scratch_c = static_cast<float*>(scratch_c_.get());
+    c.scratch_rows = scratch_rows_;
+    c.scratch_features = scratch_features_;
+    c.dequant_staging = static_cast<__half*>(dequant_staging_.get());
+    return c;
   }
 
-  // One GEMV launch and one output launch for 1..3 EXL3 linears of x when they share their shape
-  // and format and the few-rows path has room (exl3_gemv.cuh); false (nothing queued) otherwise.
-  bool fused_linears(std::span<const LinearWeights* const> ws, const Tensor& x, std::span<Tensor> ys,
-                     GemvEpilogue epilogue) {
-    const int64_t m = x.rank() == 2 ? x.dim(0) : 0;
-    if (m < 1 || m > kGemvMaxRows || ws.size() != ys.size() || ws.empty() || ws.size() > 3) return false;
-    std::array<Exl3LinearParams, 3> params;
-    for (size_t i = 0; i < ws.size(); ++i) {
-      if (!ws[i]->is_exl3) return false;
-      params[i] = checked_linear(*ws[i], x, ys[i]);
-    }
-    const std::span<const Exl3LinearParams> ps(params.data(), ws.size());
-    const int64_t floats = scratch_rows_ * scratch_features_;
-    if (!exl3_gemv_linears_fit(ps, floats)) return false;
-    launch_exl3_gemv_linears(ps, static_cast<float*>(scratch_c_.get()), floats, epilogue, device_sm_count(), stream_);
-    return true;
-  }
+  void linear(const LinearWeights& w, const Tensor& x, Tensor& y) override { cuda_linear(linear_context(), w, x, y); }
 
   void linears(std::span<const LinearWeights* const> ws, const Tensor& x, std::span<Tensor> ys) override {
-    if (!fused_linears(ws, x, ys, GemvEpilogue::kStore)) Backend::linears(ws, x, ys);
+    if (!cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kStore)) Backend::linears(ws, x, ys);
   }
 
   void gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, Tensor& gate_out,
@@ -386,13 +292,16 @@ class CudaBackend final : public Backend {
     const LinearWeights* ws[] = {&gate, &up};
     Tensor ys[] = {act, up_out};  // the gated product lands in the first output
     const bool shaped = act.dtype() == DType::kF16 && act.shape() == gate_out.shape();
-    if (!shaped || !fused_linears(ws, x, ys, GemvEpilogue::kSiluMul)) Backend::gate_up_silu(gate, up, x, gate_out, up_out, act);
+    if (!shaped || !cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kSiluMul)) {
+      Backend::gate_up_silu(gate, up, x, gate_out, up_out, act);
+    }
   }
 
   void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual) override {
     const LinearWeights* ws[] = {&w};
     Tensor ys[] = {residual};
-    if (residual.dtype() != DType::kF32 || !fused_linears(ws, x, ys, GemvEpilogue::kAddResidual)) {
+    if (residual.dtype() != DType::kF32 ||
+        !cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kAddResidual)) {
       Backend::linear_add(w, x, out, residual);
     }
   }
@@ -531,84 +440,6 @@ class CudaBackend final : public Backend {
     p.y_dtype = y.dtype();
     p.n = x.numel();
     launch_add(p, stream_);
-  }
-
-  // Checks a linear's operands (aborting on a broken contract) and returns the EXL3 kernel's
-  // parameters for it (meaningful when w.is_exl3 and x has rows).
-  Exl3LinearParams checked_linear(const LinearWeights& w, const Tensor& x, Tensor& y) const {
-    check_dtype(x, DType::kF16, "linear x");
-    check_f32_or_f16(y, "linear y");
-    EXL3_CHECK(x.rank() == 2 && x.dim(1) == w.in_features, "linear x ", shape_string(x.shape()), " for ", w.in_features,
-               " inputs");
-    const int64_t m = x.dim(0);
-    EXL3_CHECK(y.rank() == 2 && y.dim(0) == m && y.dim(1) == w.out_features, "linear y ", shape_string(y.shape()),
-               " for ", m, " rows of ", w.out_features, " outputs");
-    if (w.bias.defined()) {
-      check_dtype(w.bias, DType::kF32, "linear bias");
-      EXL3_CHECK(w.bias.numel() == w.out_features, "linear bias ", shape_string(w.bias.shape()));
-    }
-    Exl3LinearParams p;
-    if (!w.is_exl3 || m == 0) return p;
-    const Exl3Weight& e = w.exl3;
-    check_dtype(e.trellis, DType::kI16, "linear trellis");
-    check_dtype(e.suh, DType::kF16, "linear suh");
-    check_dtype(e.svh, DType::kF16, "linear svh");
-    EXL3_CHECK(m <= scratch_rows_ && e.k <= scratch_features_ && e.n <= scratch_features_, "linear: ", m,
-               " rows through a ", e.k, "x", e.n, " EXL3 linear but reserve_scratch reserved ", scratch_rows_,
-               " rows of ", scratch_features_, " features");
-    p.x = ptr<__half>(x);
-    p.m = m;
-    p.in_features = w.in_features;
-    p.out_features = w.out_features;
-    p.trellis = ptr<int16_t>(e.trellis);
-    p.suh = ptr<__half>(e.suh);
-    p.svh = ptr<__half>(e.svh);
-    p.bias = w.bias.defined() ? ptr<float>(w.bias) : nullptr;
-    p.k = e.k;
-    p.n = e.n;
-    p.bits = e.bits;
-    p.codebook = e.codebook;
-    p.y = y.mutable_raw();
-    p.y_f32 = y.dtype() == DType::kF32;
-    p.scratch_a = static_cast<__half*>(scratch_a_.get());
-    p.scratch_c = static_cast<float*>(scratch_c_.get());
-    p.scratch_c_floats = scratch_rows_ * scratch_features_;
-    return p;
-  }
-
-  void linear(const LinearWeights& w, const Tensor& x, Tensor& y) override {
-    const Exl3LinearParams e = checked_linear(w, x, y);
-    const int64_t m = x.dim(0);
-    if (m == 0) return;  // an empty batch has no buffers to point at
-    if (w.is_exl3) {
-      if (m >= kDequantGemmRows) {
-        exl3_linear_through_cublas(e);
-      } else {
-        launch_exl3_linear(e, stream_);
-      }
-      return;
-    }
-    const float* bias = w.bias.defined() ? ptr<float>(w.bias) : nullptr;
-    const bool y_f32 = y.dtype() == DType::kF32;
-    check_dtype(w.dense, DType::kF16, "linear dense weight");
-    EXL3_CHECK(w.dense.shape() == Shape({w.out_features, w.in_features}), "linear dense weight ",
-               shape_string(w.dense.shape()));
-    DenseLinearParams p;
-    p.x = ptr<__half>(x);
-    p.w = ptr<__half>(w.dense);
-    p.bias = bias;
-    p.y = y.mutable_raw();
-    p.y_f32 = y_f32;
-    p.m = m;
-    p.in_features = w.in_features;
-    p.out_features = w.out_features;
-    if (bias != nullptr && !y_f32) {
-      EXL3_CHECK(m <= scratch_rows_ && w.out_features <= scratch_features_, "linear: an F16 output with a bias of ", m,
-                 " rows of ", w.out_features, " needs the F32 scratch, reserved for ", scratch_rows_, " rows of ",
-                 scratch_features_);
-      p.scratch_c = static_cast<float*>(scratch_c_.get());
-    }
-    launch_dense_linear(p, cublas_, stream_);
   }
 
   void silu_mul(const Tensor& gate, const Tensor& up, Tensor& out) override {

@@ -1,0 +1,140 @@
+// The CUDA backend's linear layers (cuda_linear.h).
+#include "kernels/cuda/cuda_linear.h"
+
+#include <algorithm>
+#include <array>
+
+#include "kernels/check.h"
+#include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/cuda_checks.h"
+#include "kernels/cuda/dense_linear.h"
+#include "kernels/cuda/exl3_decode.cuh"
+#include "kernels/cuda/exl3_linear.cuh"
+
+namespace exl3 {
+namespace {
+
+// Checks a linear's operands (aborting on a broken contract) and returns the EXL3 kernel's
+// parameters for it (meaningful when w.is_exl3 and x has rows).
+Exl3LinearParams checked_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Tensor& x, Tensor& y) {
+  check_dtype(x, DType::kF16, "linear x");
+  check_f32_or_f16(y, "linear y");
+  EXL3_CHECK(x.rank() == 2 && x.dim(1) == w.in_features, "linear x ", shape_string(x.shape()), " for ", w.in_features,
+             " inputs");
+  const int64_t m = x.dim(0);
+  EXL3_CHECK(y.rank() == 2 && y.dim(0) == m && y.dim(1) == w.out_features, "linear y ", shape_string(y.shape()),
+             " for ", m, " rows of ", w.out_features, " outputs");
+  if (w.bias.defined()) {
+    check_dtype(w.bias, DType::kF32, "linear bias");
+    EXL3_CHECK(w.bias.numel() == w.out_features, "linear bias ", shape_string(w.bias.shape()));
+  }
+  Exl3LinearParams p;
+  if (!w.is_exl3 || m == 0) return p;
+  const Exl3Weight& e = w.exl3;
+  check_dtype(e.trellis, DType::kI16, "linear trellis");
+  check_dtype(e.suh, DType::kF16, "linear suh");
+  check_dtype(e.svh, DType::kF16, "linear svh");
+  EXL3_CHECK(m <= ctx.scratch_rows && e.k <= ctx.scratch_features && e.n <= ctx.scratch_features, "linear: ", m,
+             " rows through a ", e.k, "x", e.n, " EXL3 linear but reserve_scratch reserved ", ctx.scratch_rows,
+             " rows of ", ctx.scratch_features, " features");
+  p.x = ptr<__half>(x);
+  p.m = m;
+  p.in_features = w.in_features;
+  p.out_features = w.out_features;
+  p.trellis = ptr<int16_t>(e.trellis);
+  p.suh = ptr<__half>(e.suh);
+  p.svh = ptr<__half>(e.svh);
+  p.bias = w.bias.defined() ? ptr<float>(w.bias) : nullptr;
+  p.k = e.k;
+  p.n = e.n;
+  p.bits = e.bits;
+  p.codebook = e.codebook;
+  p.y = y.mutable_raw();
+  p.y_f32 = y.dtype() == DType::kF32;
+  p.scratch_a = ctx.scratch_a;
+  p.scratch_c = ctx.scratch_c;
+  p.scratch_c_floats = ctx.scratch_rows * ctx.scratch_features;
+  return p;
+}
+
+// scratch_c = scratch_a · Wq for a long prefill: Wq decoded into the fp16 staging rows chunk by
+// chunk, each chunk multiplied through cuBLAS and accumulated into scratch_c.
+void exl3_linear_through_cublas(const CudaLinearContext& ctx, const Exl3LinearParams& p) {
+  launch_exl3_input_transform(p, ctx.stream);
+  const int64_t chunk_rows = std::max<int64_t>(
+      16, static_cast<int64_t>(kDequantChunkBytes / (static_cast<uint64_t>(p.n) * sizeof(__half))) / 16 * 16);
+  const int64_t words_per_tile_row = (p.n / 16) * 16 * p.bits;  // int16 per 16 input rows
+  auto* staging = ctx.dequant_staging;
+  for (int64_t k0 = 0; k0 < p.k; k0 += chunk_rows) {
+    const int64_t rows = std::min(chunk_rows, p.k - k0);
+    Exl3DecodeParams d;
+    d.trellis = p.trellis + (k0 / 16) * words_per_tile_row;
+    d.out = staging;
+    d.k = rows;
+    d.n = p.n;
+    d.bits = p.bits;
+    d.codebook = p.codebook;
+    launch_exl3_decode(d, ctx.stream);
+    const float alpha = 1.0f, beta = k0 == 0 ? 0.0f : 1.0f;
+    EXL3_CUBLAS_CHECK(cublasGemmEx(ctx.cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(p.n), static_cast<int>(p.m),
+                                   static_cast<int>(rows), &alpha, staging, CUDA_R_16F, static_cast<int>(p.n),
+                                   p.scratch_a + k0, CUDA_R_16F, static_cast<int>(p.k), &beta, p.scratch_c,
+                                   CUDA_R_32F, static_cast<int>(p.n), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+  }
+  launch_exl3_output_transform(p, ctx.stream);
+}
+
+}  // namespace
+
+void cuda_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Tensor& x, Tensor& y) {
+  const Exl3LinearParams e = checked_linear(ctx, w, x, y);
+  const int64_t m = x.dim(0);
+  if (m == 0) return;  // an empty batch has no buffers to point at
+  if (w.is_exl3) {
+    if (m >= kDequantGemmRows) {
+      exl3_linear_through_cublas(ctx, e);
+    } else {
+      launch_exl3_linear(e, ctx.stream);
+    }
+    return;
+  }
+  const float* bias = w.bias.defined() ? ptr<float>(w.bias) : nullptr;
+  const bool y_f32 = y.dtype() == DType::kF32;
+  check_dtype(w.dense, DType::kF16, "linear dense weight");
+  EXL3_CHECK(w.dense.shape() == Shape({w.out_features, w.in_features}), "linear dense weight ",
+             shape_string(w.dense.shape()));
+  DenseLinearParams p;
+  p.x = ptr<__half>(x);
+  p.w = ptr<__half>(w.dense);
+  p.bias = bias;
+  p.y = y.mutable_raw();
+  p.y_f32 = y_f32;
+  p.m = m;
+  p.in_features = w.in_features;
+  p.out_features = w.out_features;
+  if (bias != nullptr && !y_f32) {
+    EXL3_CHECK(m <= ctx.scratch_rows && w.out_features <= ctx.scratch_features, "linear: an F16 output with a bias of ", m,
+               " rows of ", w.out_features, " needs the F32 scratch, reserved for ", ctx.scratch_rows, " rows of ",
+               ctx.scratch_features);
+    p.scratch_c = ctx.scratch_c;
+  }
+  launch_dense_linear(p, ctx.cublas, ctx.stream);
+}
+
+bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeights* const> ws, const Tensor& x,
+                        std::span<Tensor> ys, GemvEpilogue epilogue) {
+  const int64_t m = x.rank() == 2 ? x.dim(0) : 0;
+  if (m < 1 || m > kGemvMaxRows || ws.size() != ys.size() || ws.empty() || ws.size() > 3) return false;
+  std::array<Exl3LinearParams, 3> params;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    if (!ws[i]->is_exl3) return false;
+    params[i] = checked_linear(ctx, *ws[i], x, ys[i]);
+  }
+  const std::span<const Exl3LinearParams> ps(params.data(), ws.size());
+  const int64_t floats = ctx.scratch_rows * ctx.scratch_features;
+  if (!exl3_gemv_linears_fit(ps, floats)) return false;
+  launch_exl3_gemv_linears(ps, ctx.scratch_c, floats, epilogue, device_sm_count(), ctx.stream);
+  return true;
+}
+
+}  // namespace exl3

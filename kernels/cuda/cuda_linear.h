@@ -1,0 +1,46 @@
+// The CUDA backend's linear layers: operand checks, the EXL3 paths (few rows and grouped linears,
+// exl3_gemv.cuh; the mma GEMM; decoding to fp16 and cuBLAS for long prefills) and dense linears
+// through cuBLAS. Everything is queued on ctx.stream; nothing is allocated.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/backend.h"
+#include "kernels/cuda/exl3_gemv.cuh"
+
+namespace exl3 {
+
+// From this many rows on, an EXL3 linear decodes its inner weight Wq to fp16, a chunk of input rows
+// at a time, and multiplies through cuBLAS's tensor cores instead of decoding inside the GEMM:
+// measured on an H200 at 2048 rows, the fused kernel ran at ~38 TFLOP/s while decoding costs ~1 ms
+// per G weights, so for a prefill chunk decoding once and using cuBLAS wins by an order of magnitude.
+constexpr int64_t kDequantGemmRows = 128;
+// The fp16 staging of decoded Wq rows (whole rows of 16-row tiles, at most this many bytes).
+constexpr uint64_t kDequantChunkBytes = uint64_t{64} << 20;
+
+// What a linear uses of its backend: the stream, cuBLAS, and the scratch reserve_scratch made
+// (F16 and F32 [scratch_rows, scratch_features]; dequant_staging kDequantChunkBytes).
+struct CudaLinearContext {
+  cudaStream_t stream = nullptr;
+  cublasHandle_t cublas = nullptr;
+  __half* scratch_a = nullptr;
+  float* scratch_c = nullptr;
+  int64_t scratch_rows = 0, scratch_features = 0;
+  __half* dequant_staging = nullptr;
+};
+
+// Backend::linear: y = x · w (+ bias), checked as the Backend contract says.
+void cuda_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Tensor& x, Tensor& y);
+
+// One GEMV launch and one output launch for 1..3 EXL3 linears of x (Backend::linears,
+// gate_up_silu, linear_add through `epilogue`) when they share their shape and format and the
+// few-rows path has room (exl3_gemv.cuh); false, with nothing queued, otherwise.
+bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeights* const> ws, const Tensor& x,
+                        std::span<Tensor> ys, GemvEpilogue epilogue);
+
+}  // namespace exl3
