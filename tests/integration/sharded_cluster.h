@@ -7,10 +7,12 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <optional>
 
+#include "absl/strings/str_cat.h"
 #include "common/test_paths.h"
 #include "coordinator/planner/byte_units.h"
 #include "coordinator/planner/model_footprint.h"
@@ -29,7 +31,21 @@ struct ClusterCase {
   const char* name;
   PlanMode mode;
   std::vector<double> caps_gib;
+  // Every worker loads its own copy of the model (exl3-worker --model, as on another host) while
+  // the coordinator sends a path that does not exist.
+  bool own_copies = false;
 };
+
+// A copy of the model directory for one worker: a directory of symlinks to the model's files.
+inline std::string model_copy(const std::string& model_dir, const std::string& name) {
+  const std::filesystem::path copy = testing::work_path("model-copies/" + name);
+  std::filesystem::remove_all(copy);
+  std::filesystem::create_directories(copy);
+  for (const auto& entry : std::filesystem::directory_iterator(model_dir)) {
+    std::filesystem::create_symlink(entry.path(), copy / entry.path().filename());
+  }
+  return copy.string();
+}
 
 // How the workers of a cluster run: CPU workers with Gloo, or one CUDA worker per GPU with NCCL
 // (rank r sees only GPU r). Fidelity bounds of the two differ (fp32 vs fp16 activations).
@@ -96,6 +112,10 @@ inline void run_sharded_logits_case(const ClusterCase& c, const ClusterBackend& 
     s.argv = {std::string(EXL3_BIN_DIR) + "/exl3-worker", "--coordinator", "127.0.0.1:" + std::to_string(port),
               "--rank", std::to_string(r), "--world", std::to_string(world), "--connect-timeout", "30",
               "--backend", cuda ? "cuda" : "cpu"};
+    if (c.own_copies) {
+      s.argv.push_back("--model");
+      s.argv.push_back(model_copy(model_dir, absl::StrCat(c.name, "-rank", r)));
+    }
     s.env = {{"OPENBLAS_NUM_THREADS", "1"}};
     if (cuda) s.env.push_back({"CUDA_VISIBLE_DEVICES", std::to_string(r)});
     specs.push_back(std::move(s));
@@ -107,7 +127,7 @@ inline void run_sharded_logits_case(const ClusterCase& c, const ClusterBackend& 
   std::vector<pb::Command> loads(world);
   for (int r = 0; r < world; ++r) {
     pb::LoadShard* l = loads[r].mutable_load();
-    l->set_model_dir(model_dir);
+    l->set_model_dir(c.own_copies ? "/nonexistent/coordinator-model-path" : model_dir);
     *l->mutable_plan() = plan_to_proto((*plans)[r]);
     l->set_num_pages(static_cast<int32_t>(popts.num_pages()));
     l->set_page_size(static_cast<int32_t>(popts.page_size));

@@ -24,7 +24,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, ShardedLogits,
                                            ClusterCase{"layers3_uneven", PlanMode::kLayers, {0.5, 1.0, 1.5}},
                                            ClusterCase{"layers3_zero_last", PlanMode::kLayers, {1.0, 1.0, 0.0}},
                                            ClusterCase{"layers3_zero_first", PlanMode::kLayers, {0.0, 1.0, 1.0}},
-                                           ClusterCase{"tp3_zero_middle", PlanMode::kTensorParallel, {1.0, 0.06, 1.0}}),
+                                           ClusterCase{"tp3_zero_middle", PlanMode::kTensorParallel, {1.0, 0.06, 1.0}},
+                                           ClusterCase{"tp2_own_model_copies", PlanMode::kTensorParallel, {1.0, 1.0}, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -37,6 +37,13 @@ int main(int argc, char** argv) {
                  "on: decode steps replay one CUDA graph per batch size and page bucket (CUDA backend); off: "
                  "launch every op")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  app.add_option("--model", o.model_dir,
+                 "This worker's copy of the model directory (a worker on another host names its own path; "
+                 "default: the path the coordinator sends)");
+  app.add_option("--comm-host", o.comm_host,
+                 "Address the CPU collectives (Gloo) bind to and advertise: auto (the interface that routes to the "
+                 "coordinator), coordinator (the address the coordinator sends) or an address of this host")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   if (o.rank >= o.world_size) {
     std::fprintf(stderr, "exl3-worker: --rank %d must be below --world %d\n", o.rank, o.world_size);

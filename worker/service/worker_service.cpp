@@ -15,6 +15,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/engine.h"
+#include "worker/service/local_address.h"
 #include "worker/service/process_memory.h"
 #include "worker/service/proto_convert.h"
 #include "worker/service/worker_device.h"
@@ -69,6 +70,23 @@ class WorkerSession {
   }
 
  private:
+  // The address the CPU collectives bind to (WorkerOptions::comm_host); "auto" falls back to the
+  // coordinator's suggestion when no route toward the coordinator can be found.
+  std::string collective_host(const std::string& suggested) const {
+    const std::string fallback = suggested.empty() ? "127.0.0.1" : suggested;
+    if (options_.comm_host == "coordinator") return fallback;
+    if (options_.comm_host != "auto") return options_.comm_host;
+    absl::StatusOr<std::pair<std::string, int>> coordinator = split_host_port(options_.coordinator);
+    absl::StatusOr<std::string> local =
+        coordinator.ok() ? local_address_toward(coordinator->first, coordinator->second) : coordinator.status();
+    if (!local.ok()) {
+      std::fprintf(stderr, "exl3-worker rank %d: collectives bind to %s (%s)\n", options_.rank, fallback.c_str(),
+                   std::string(local.status().message()).c_str());
+      return fallback;
+    }
+    return *local;
+  }
+
   absl::Status finish(grpc::ClientReaderWriter<pb::WorkerMessage, pb::Command>* stream, const std::string& what) {
     const grpc::Status s = stream->Finish();
     return absl::UnavailableError(absl::StrCat("rank ", options_.rank, ": ", what, " (", s.error_message(), ")"));
@@ -157,7 +175,7 @@ class WorkerSession {
         GlooOptions go;
         go.rank = options_.rank;
         go.world_size = options_.world_size;
-        go.host = load.comm_host().empty() ? "127.0.0.1" : load.comm_host();
+        go.host = collective_host(load.comm_host());
         go.prefix = load.store_prefix();
         go.timeout = timeout;
         EXL3_ASSIGN_OR_RETURN(comm_, make_gloo_communicator(go, *store_));
@@ -170,10 +188,11 @@ class WorkerSession {
       const uint64_t pool = static_cast<uint64_t>(load.plan().weight_bytes() + load.plan().cache_bytes()) + 256 * tensors;
       EXL3_RETURN_IF_ERROR(annotate(backend_->reserve_pool(pool), "reserving the weights and KV cache pool"));
     }
+    const std::string model_dir = options_.model_dir.empty() ? load.model_dir() : options_.model_dir;
     std::fprintf(stderr, "exl3-worker rank %d: loading %s (layers %lld-%lld) on %s\n", options_.rank,
-                 load.model_dir().c_str(), static_cast<long long>(shard.first_layer),
+                 model_dir.c_str(), static_cast<long long>(shard.first_layer),
                  static_cast<long long>(shard.end_layer) - 1, backend_->description().c_str());
-    EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load_shard(load.model_dir(), shard, backend_));
+    EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load_shard(model_dir, shard, backend_));
     EngineOptions eo;
     eo.num_pages = load.num_pages();
     eo.page_size = load.page_size();

@@ -23,6 +23,11 @@ struct WorkerOptions {
   int64_t memory_bytes = 0;     // CPU: memory this worker may use (reported at registration)
   std::chrono::milliseconds connect_timeout{60000};
   bool step_graphs = true;      // decode steps replay CUDA graphs (EngineOptions::step_graphs)
+  // This worker's copy of the model (another host has its own path); empty: the coordinator's path.
+  std::string model_dir;
+  // Where the CPU collectives (Gloo) bind: "auto" (the interface that routes to the coordinator),
+  // "coordinator" (the address the coordinator sends), or an address of this host.
+  std::string comm_host = "auto";
 };
 
 absl::Status run_worker(const WorkerOptions& options);
