@@ -17,6 +17,11 @@ struct ClientConfig {
   std::string server = "127.0.0.1:50051";
   // Deadline of every call, from when it is sent.
   double timeout_s = 600;
+  // Sent as "authorization: Bearer <token>" on every call when not empty.
+  std::string auth_token;
+  // TLS: verify the server with tls_ca_pem, or with the system's roots when it is empty.
+  bool tls = false;
+  std::string tls_ca_pem;
 };
 
 // Streams the completion text to stdout as it arrives (or, with json, each response as one line

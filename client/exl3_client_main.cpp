@@ -9,6 +9,7 @@
 #include "CLI/CLI.hpp"
 #include "client/commands.h"
 #include "client/request_builder.h"
+#include "client/rpc_util.h"
 
 namespace {
 
@@ -29,6 +30,11 @@ int main(int argc, char** argv) {
   app.add_option("--timeout", config.timeout_s, "Deadline of the call in seconds (generation included)")
       ->capture_default_str()
       ->check(CLI::Range(1e-3, 1e7));
+  std::string auth_token_file, tls_ca_file;
+  app.add_option("--auth-token-file", auth_token_file,
+                 "File holding the server's bearer token (sent as \"authorization: Bearer <token>\")");
+  app.add_flag("--tls", config.tls, "Connect over TLS, verifying the server with the system's root certificates");
+  app.add_option("--tls-ca", tls_ca_file, "Connect over TLS, verifying the server with this PEM CA certificate");
 
   // generate
   exl3::client::GenerateOptions gen;
@@ -99,6 +105,9 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : kExitUsage;
   }
 
+  if (absl::Status s = exl3::client::load_client_security(auth_token_file, tls_ca_file, config); !s.ok()) {
+    return usage_error(std::string(s.message()));
+  }
   if (generate->parsed()) {
     if (prompt_opt->count() > 0) gen.prompt = prompt;
     absl::StatusOr<exl3::v1::GenerateRequest> request = exl3::client::build_generate_request(gen);

@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "client/commands.h"
 #include "google/protobuf/message.h"
 #include "grpcpp/channel.h"
@@ -13,11 +14,16 @@
 
 namespace exl3::client {
 
-// An insecure channel to config.server (the API serves plain TCP, normally on localhost).
+// A channel to config.server: TLS when config.tls, else plain TCP (the API's default, on localhost).
 std::shared_ptr<grpc::Channel> make_channel(const ClientConfig& config);
 
-// Sets the context's deadline to now + config.timeout_s.
+// Sets the context's deadline to now + config.timeout_s, and the bearer token when there is one.
 void set_deadline(grpc::ClientContext& context, const ClientConfig& config);
+
+// Reads --auth-token-file (the token, surrounding whitespace removed) and --tls-ca (PEM roots,
+// which imply TLS) into `config`; empty paths leave it as it is. Errors name the flag and path.
+absl::Status load_client_security(const std::string& auth_token_file, const std::string& tls_ca_file,
+                                  ClientConfig& config);
 
 // The message as one line of JSON with the .proto field names.
 std::string to_json(const google::protobuf::Message& message);

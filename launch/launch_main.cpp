@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/planner/byte_units.h"
+#include "coordinator/server/public_api_flags.h"
 #include "launch/gpu_probe.h"
 #include "launch/launcher.h"
 
@@ -51,10 +52,13 @@ int main(int argc, char** argv) {
   app.add_option("--mode", mode, "Sharding: tp (tensor parallel: heads and MLP columns split, all-reduce) or layers "
                                  "(contiguous layer ranges)")
       ->check(CLI::IsMember({"tp", "layers"}))->capture_default_str();
-  app.add_option("--host", c.host, "Address of the public gRPC API")->capture_default_str();
-  app.add_option("--port", c.port, "Port of the public gRPC API (0 = any free port, printed at start)")
+  app.add_option("--host", c.host,
+                 "Address of the public gRPC API (127.0.0.1: this machine only; 0.0.0.0: every interface)")
       ->capture_default_str();
-  app.add_option("--control-port", c.control_port, "Port of the worker control plane (0 = any free port)")
+  app.add_option("--port", c.port, "Port of the public gRPC API (0 = any free port, printed at start; a port in use is an error, never "
+                 "shared)")
+      ->capture_default_str();
+  app.add_option("--control-port", c.control_port, "Port of the worker control plane (0 = any free port; a port in use is an error)")
       ->capture_default_str();
   app.add_option("--max-seq-len", c.max_seq_len, "Longest sequence served, prompt + output (default: the model's)");
   app.add_option("--max-batch", c.max_batch, "Most sequences running at once (continuous batching)")
@@ -80,8 +84,14 @@ int main(int argc, char** argv) {
                  "GPU workers: on: decode steps replay one CUDA graph per batch size and page bucket; off: launch "
                  "every op (passed to every worker)")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  exl3::PublicApiFiles api_files;
+  exl3::add_public_api_flags(app, c, api_files);
   CLI11_PARSE(app, argc, argv);
   o.step_graphs = step_graphs == "on";
+  if (const absl::Status s = exl3::apply_public_api_flags(api_files, c); !s.ok()) {
+    std::fprintf(stderr, "exl3-launch: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
 
   if (!gpus.empty() && cpu_workers > 0) {
     std::fprintf(stderr, "exl3-launch: --gpus and --cpu-workers exclude each other: --gpus runs CUDA workers (NCCL), "

@@ -13,6 +13,8 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/planner/byte_units.h"
 #include "coordinator/planner/plan_table.h"
+#include "coordinator/server/listen_port.h"
+#include "coordinator/server/model_check.h"
 #include "coordinator/server/plan_proto.h"
 #include "worker/loader/safetensors.h"
 #include "worker/service/proto_convert.h"
@@ -46,6 +48,9 @@ PlannerOptions Coordinator::planner_options(const std::vector<uint64_t>& caps) c
 }
 
 absl::Status Coordinator::start_control() {
+  // Ports first: a port in use fails before the model loads or any worker starts.
+  EXL3_RETURN_IF_ERROR(check_port_free(options_.host, options_.port, "public API, --port"));
+  EXL3_RETURN_IF_ERROR(check_port_free(options_.control_host, options_.control_port, "control plane, --control-port"));
   EXL3_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(options_.model_dir));
   EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(options_.model_dir));
   EXL3_ASSIGN_OR_RETURN(footprint_, build_model_footprint(config, options_.backend, &tensors));
@@ -56,19 +61,23 @@ absl::Status Coordinator::start_control() {
     return absl::InvalidArgumentError(absl::StrCat("--max-seq-len ", options_.max_seq_len, " exceeds the model's ",
                                                    config.max_position_embeddings, " positions"));
   }
+  EXL3_ASSIGN_OR_RETURN(options_.request_limits,
+                        resolve_request_limits(options_.request_limits, static_cast<int32_t>(options_.max_seq_len)));
   group_ = std::make_shared<WorkerGroup>(options_.world_size, random_run_id());
   control_service_.set_group(group_);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat(options_.control_host, ":", options_.control_port),
                            grpc::InsecureServerCredentials(), &control_port_);
   builder.RegisterService(&control_service_);
+  disable_port_sharing(builder);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   control_server_ = builder.BuildAndStart();
   if (!control_server_ || control_port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.control_host, ":", options_.control_port,
-                                               " for the control plane"));
+                                               " for the control plane (--control-port): the port is in use or the "
+                                               "address is not this host's"));
   }
   return absl::OkStatus();
 }
@@ -143,6 +152,9 @@ absl::Status Coordinator::start_serving() {
     }
   }
   EXL3_ASSIGN_OR_RETURN(const std::vector<pb::CommandResult> loaded, group_->call(loads, options_.load_timeout));
+  // A worker on another host loads its own copy (exl3-worker --model); it must be this one.
+  EXL3_ASSIGN_OR_RETURN(const std::vector<ModelFileFingerprint> own_model, fingerprint_model(options_.model_dir));
+  EXL3_RETURN_IF_ERROR(check_worker_models(own_model, loaded, group_->registrations()));
   loaded_.clear();
   for (int r = 0; r < options_.world_size; ++r) {
     const pb::LoadResult& lr = loaded[r].load();
@@ -227,34 +239,40 @@ absl::Status Coordinator::start_serving() {
     s->set_workspace_bytes(static_cast<int64_t>(p.workspace_bytes));  // CUDA: with scratch, context, NCCL
     s->set_cap_bytes(static_cast<int64_t>(caps[r]));
   }
-  inference_service_ = std::make_unique<InferenceService>(*tokenizer_, *loop_, limits, info,
-                                                          [this](v1::StatsResponse* r) { fill_worker_stats(r); });
+  inference_service_ = std::make_unique<InferenceService>(
+      *tokenizer_, *loop_, limits, options_.request_limits, options_.security.auth_token, info,
+      [this](v1::StatsResponse* r) { fill_worker_stats(r); });
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.port), grpc::InsecureServerCredentials(),
+  builder.AddListeningPort(absl::StrCat(options_.host, ":", options_.port), public_api_credentials(options_.security),
                            &public_port_);
   builder.RegisterService(inference_service_.get());
+  disable_port_sharing(builder);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(max_request_message_bytes(options_.request_limits)));
   public_server_ = builder.BuildAndStart();
   if (!public_server_ || public_port_ == 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host, ":", options_.port));
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.host, ":", options_.port,
+                                               " for the public API (--port): the port is in use or the address is "
+                                               "not this host's",
+                                               options_.security.tls() ? ", or --tls-cert and --tls-key do not match" : ""));
   }
   public_server_->GetHealthCheckService()->SetServingStatus(true);
   return absl::OkStatus();
 }
 
+// From the serving loop's last memory reports (refreshed between steps): Stats never waits behind
+// a step or adds a call of its own to the workers.
 void Coordinator::fill_worker_stats(v1::StatsResponse* response) {
-  pb::Command ping;
-  ping.mutable_ping();
-  absl::StatusOr<std::vector<pb::CommandResult>> results = group_->call_all(ping, std::chrono::milliseconds(5000));
+  const ServingLoop::WorkerMemory memory = loop_->worker_memory();
   const auto regs = group_->registrations();
   for (int r = 0; r < options_.world_size; ++r) {
     v1::WorkerStats* w = response->add_workers();
     w->set_rank(r);
     w->set_device(regs[r].device().name());
-    if (results.ok()) {
-      const pb::MemoryReport& m = (*results)[r].memory();
+    if (r < static_cast<int>(memory.reports.size())) {
+      const pb::MemoryReport& m = memory.reports[static_cast<size_t>(r)];
       w->set_weight_bytes(m.weight_bytes());
       w->set_cache_bytes(m.cache_bytes());
       w->set_memory_used_bytes(m.memory_used_bytes());

@@ -18,6 +18,8 @@
 #include "coordinator/planner/shard_planner.h"
 #include "coordinator/server/control_service.h"
 #include "coordinator/server/inference_service.h"
+#include "coordinator/server/request_limits.h"
+#include "coordinator/server/server_credentials.h"
 #include "coordinator/server/serving_loop.h"
 #include "coordinator/tokenizer/tokenizer.h"
 
@@ -26,8 +28,12 @@ namespace exl3 {
 struct CoordinatorOptions {
   std::string model_dir;
   int world_size = 1;
-  std::string host = "127.0.0.1";          // public API
+  std::string host = "127.0.0.1";          // public API (loopback only unless told otherwise)
   int port = 50051;                        // 0 = ephemeral
+  // What one request may ask for and how many run at once (0 token limits = the served context).
+  RequestLimits request_limits;
+  // Bearer token and TLS key pair of the public API, read from their files by main.
+  PublicApiSecurity security;
   std::string control_host = "127.0.0.1";  // control plane (workers dial it)
   int control_port = 0;                    // 0 = ephemeral
   PlanMode mode = PlanMode::kTensorParallel;

@@ -7,6 +7,7 @@
 #include "CLI/CLI.hpp"
 #include "coordinator/planner/byte_units.h"
 #include "coordinator/server/coordinator.h"
+#include "coordinator/server/public_api_flags.h"
 
 namespace {
 
@@ -21,11 +22,12 @@ int main(int argc, char** argv) {
   CLI::App app{"exl3-coordinator: serves the gRPC generate API and drives workers that dial in"};
   app.add_option("--model", o.model_dir, "Model directory (config.json, *.safetensors, tokenizer.json)")->required();
   app.add_option("--world", o.world_size, "Number of workers that will register")->required()->check(CLI::PositiveNumber);
-  app.add_option("--host", o.host, "Address of the public API")->capture_default_str();
-  app.add_option("--port", o.port, "Port of the public API (0 = any free port)")->capture_default_str();
+  app.add_option("--host", o.host, "Address of the public API (127.0.0.1: this machine only; 0.0.0.0: every interface)")
+      ->capture_default_str();
+  app.add_option("--port", o.port, "Port of the public API (0 = any free port; a port in use is an error, never shared)")->capture_default_str();
   app.add_option("--control-host", o.control_host, "Address workers dial (and their collectives bind to)")
       ->capture_default_str();
-  app.add_option("--control-port", o.control_port, "Port of the control plane")->capture_default_str();
+  app.add_option("--control-port", o.control_port, "Port of the control plane (a port in use is an error)")->capture_default_str();
   app.add_option("--mode", mode, "Sharding: tp (tensor parallel) or layers (contiguous layer ranges)")
       ->check(CLI::IsMember({"tp", "layers"}))->capture_default_str();
   app.add_option("--backend", backend,
@@ -41,7 +43,13 @@ int main(int argc, char** argv) {
                  "fits the caps (at least one)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--decode-steps", o.decode_steps, "Decode iterations per worker command")->capture_default_str();
+  exl3::PublicApiFiles api_files;
+  exl3::add_public_api_flags(app, o, api_files);
   CLI11_PARSE(app, argc, argv);
+  if (const absl::Status s = exl3::apply_public_api_flags(api_files, o); !s.ok()) {
+    std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
   o.mode = *exl3::parse_plan_mode(mode);
   o.backend = *exl3::parse_backend(backend);
   if (!split.empty()) {

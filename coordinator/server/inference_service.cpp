@@ -2,6 +2,7 @@
 #include "coordinator/server/inference_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/server/server_credentials.h"
 
 namespace exl3 {
 namespace {
@@ -53,8 +54,11 @@ grpc::Status to_grpc(const absl::Status& status) {
 }
 
 InferenceService::InferenceService(const Tokenizer& tokenizer, ServingLoop& loop, ModelLimits limits,
-                                   v1::ModelInfoResponse info, std::function<void(v1::StatsResponse*)> stats_extra)
-    : tokenizer_(tokenizer), loop_(loop), limits_(std::move(limits)), info_(std::move(info)),
+                                   RequestLimits request_limits, std::string auth_token, v1::ModelInfoResponse info,
+                                   std::function<void(v1::StatsResponse*)> stats_extra)
+    : tokenizer_(tokenizer), loop_(loop), limits_(std::move(limits)), request_limits_(request_limits),
+      auth_token_(std::move(auth_token)),
+      in_flight_(request_limits.max_requests, request_limits.max_requests_per_connection), info_(std::move(info)),
       stats_extra_(std::move(stats_extra)) {}
 
 uint64_t InferenceService::random_seed() {
@@ -64,6 +68,11 @@ uint64_t InferenceService::random_seed() {
 
 grpc::Status InferenceService::run(grpc::ServerContext* context, const v1::GenerateRequest& request,
                                    const std::function<bool(const v1::GenerateResponse&)>& emit, bool stream) {
+  if (grpc::Status auth = check_bearer_token(*context, auth_token_); !auth.ok()) return auth;
+  if (absl::Status size = check_request_size(request, request_limits_); !size.ok()) return to_grpc(size);
+  // Held until the call returns: counts the call while it is tokenized, queued and running.
+  absl::StatusOr<InFlightRequests::Slot> slot = in_flight_.acquire(context->peer());
+  if (!slot.ok()) return to_grpc(slot.status());
   GenerateParams params = params_from_proto(request);
   if (params.request_id.empty()) params.request_id = absl::StrCat("req-", next_request_id_++);
   // The prompt as token ids: text is tokenized (BOS per add_bos, default the tokenizer's); token
@@ -78,10 +87,22 @@ grpc::Status InferenceService::run(grpc::ServerContext* context, const v1::Gener
     body = *ids;
   }
   std::vector<int32_t> prompt_ids;
+  prompt_ids.reserve(body.size() + 1);
   if (!body.empty() && params.add_bos.value_or(default_bos) && tokenizer_.bos_id()) {
     prompt_ids.push_back(*tokenizer_.bos_id());
   }
   prompt_ids.insert(prompt_ids.end(), body.begin(), body.end());
+  const char* prompt_field = std::holds_alternative<std::string>(params.prompt) ? "prompt" : "prompt_tokens";
+  if (absl::Status n = check_prompt_tokens(static_cast<int64_t>(prompt_ids.size()), prompt_field, request_limits_);
+      !n.ok()) {
+    return to_grpc(n);
+  }
+  // Unset max_new_tokens means "up to the context"; a lower --max-new-tokens caps that default
+  // (the request then finishes with LENGTH at the cap).
+  const int64_t room = static_cast<int64_t>(limits_.max_context) - static_cast<int64_t>(prompt_ids.size());
+  if (!params.stopping.max_new_tokens && request_limits_.max_new_tokens < room) {
+    params.stopping.max_new_tokens = request_limits_.max_new_tokens;
+  }
   absl::StatusOr<ValidatedRequest> validated = validate_request(params, limits_, prompt_ids, random_seed());
   if (!validated.ok()) return to_grpc(validated.status());
   absl::StatusOr<ServingLoop::Submitted> submitted = loop_.submit(*std::move(validated));
@@ -138,8 +159,10 @@ grpc::Status InferenceService::GenerateUnary(grpc::ServerContext* context, const
   return run(context, *request, [&](const v1::GenerateResponse& r) { *response = r; return true; }, false);
 }
 
-grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* request,
+grpc::Status InferenceService::Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
                                         v1::TokenizeResponse* response) {
+  if (grpc::Status auth = check_bearer_token(*context, auth_token_); !auth.ok()) return auth;
+  if (absl::Status size = check_tokenize_size(*request, request_limits_); !size.ok()) return to_grpc(size);
   if (request->has_add_bos() ? request->add_bos() : tokenizer_.add_bos()) {
     if (tokenizer_.bos_id()) response->add_ids(*tokenizer_.bos_id());
   }
@@ -148,8 +171,9 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const v1::Tokenize
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const v1::DetokenizeRequest* request,
+grpc::Status InferenceService::Detokenize(grpc::ServerContext* context, const v1::DetokenizeRequest* request,
                                           v1::DetokenizeResponse* response) {
+  if (grpc::Status auth = check_bearer_token(*context, auth_token_); !auth.ok()) return auth;
   for (int i = 0; i < request->ids_size(); ++i) {
     const int32_t id = request->ids(i);
     if (id < 0 || id >= limits_.vocab_size || !tokenizer_.has_token(id)) {
@@ -162,13 +186,16 @@ grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const v1::Detoke
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::ModelInfo(grpc::ServerContext*, const v1::ModelInfoRequest*,
+grpc::Status InferenceService::ModelInfo(grpc::ServerContext* context, const v1::ModelInfoRequest*,
                                          v1::ModelInfoResponse* response) {
+  if (grpc::Status auth = check_bearer_token(*context, auth_token_); !auth.ok()) return auth;
   *response = info_;
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Stats(grpc::ServerContext*, const v1::StatsRequest*, v1::StatsResponse* response) {
+grpc::Status InferenceService::Stats(grpc::ServerContext* context, const v1::StatsRequest*,
+                                     v1::StatsResponse* response) {
+  if (grpc::Status auth = check_bearer_token(*context, auth_token_); !auth.ok()) return auth;
   const ServingTotals t = loop_.totals();
   const SchedulerStats& s = t.scheduler;
   response->set_queued_requests(s.queued);

@@ -17,7 +17,7 @@ absl::Status encode_jsonl(const Tokenizer& tokenizer, std::istream& in, std::ost
     nlohmann::json record;
     try {
       record = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::parse_error& e) {
+    } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
       return absl::InvalidArgumentError(absl::StrCat("line ", number, ": malformed JSON: ", e.what()));
     }
     const auto text = record.is_object() ? record.find("text") : record.end();

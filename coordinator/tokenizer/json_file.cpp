@@ -18,7 +18,7 @@ absl::StatusOr<nlohmann::json> read_json_file(const std::string& path) {
   if (in.bad()) return absl::DataLossError(absl::StrCat("cannot read ", path));
   try {
     return nlohmann::json::parse(buffer.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, and out_of_range for 1e400
     return json_error(path, absl::StrCat("malformed JSON: ", e.what()));
   }
 }

@@ -39,7 +39,7 @@ TEST(EncodeJsonl, ParseSpecialFalseTreatsMarkersAsText) {
 TEST(EncodeJsonl, ErrorsNameTheLine) {
   ASSERT_TRUE(qwen3_tokenizer().ok()) << qwen3_tokenizer().status();
   for (const char* input : {"{\"text\": \"a\"}\n{\"text\": 3}\n", "{\"text\": \"a\"}\n{\"text\": \"b\"\n",
-                            "{\"text\": \"a\"}\n[\"b\"]\n"}) {
+                            "{\"text\": \"a\"}\n[\"b\"]\n", "{\"text\": \"a\"}\n{\"text\": 1e400}\n"}) {
     std::istringstream in(input);
     std::ostringstream out;
     const absl::Status status = encode_jsonl(*qwen3_tokenizer(), in, out, true);

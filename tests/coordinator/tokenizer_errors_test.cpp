@@ -95,6 +95,11 @@ TEST(TokenizerErrors, MalformedJson) {
   text.resize(text.size() / 2);
   expect_error("truncated.json", text, {"malformed JSON"});
   expect_error("not_object.json", "[1, 2, 3]", {"top level must be an object"});
+  // Found by fuzz/tokenizer_json_fuzzer: a number too large for a double made the parser throw
+  // out_of_range, which escaped from_file and terminated the process.
+  expect_error("number_overflow.json", "111111111.111111E1111111111111111111w111111111\"", {"malformed JSON"});
+  expect_error("number_overflow_field.json", R"({"model": {"type": "BPE", "dropout": 1e400}})",
+               {"malformed JSON", "number overflow"});
 }
 
 TEST(TokenizerErrors, UnsupportedModelTypes) {

@@ -178,6 +178,45 @@ TEST_F(BadRequests, OtherOutOfRangeFieldsAreNamed) {
   expect_still_serving();
 }
 
+// The default request limits (--max-stop-strings 64, --max-stop-string-bytes 16384,
+// --max-request-id-bytes 256): over them INVALID_ARGUMENT naming the field and the limit, at them
+// the request runs.
+TEST_F(BadRequests, HundredThousandStopStringsAreRefused) {
+  v1::GenerateRequest r = text_request("Hello", 8);
+  for (int i = 0; i < 100000; ++i) r.mutable_stopping()->add_stop_strings("s" + std::to_string(i));
+  expect_invalid(r, "stopping.stop_strings");
+  const StreamResult streamed = stream_generate(*stub_, r, seconds(10));
+  EXPECT_NE(streamed.status.error_message().find("100000"), std::string::npos) << streamed.status.error_message();
+  EXPECT_NE(streamed.status.error_message().find("--max-stop-strings"), std::string::npos)
+      << streamed.status.error_message();
+  r.mutable_stopping()->mutable_stop_strings()->DeleteSubrange(65, 100000 - 65);
+  expect_invalid(r, "more than the limit of 64");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, LargestAllowedStopStringSetRuns) {
+  // 64 strings of 256 bytes: both defaults exactly; none occurs in the output.
+  v1::GenerateRequest r = greedy(text_request("Hello there", 8));
+  for (int i = 0; i < 64; ++i) r.mutable_stopping()->add_stop_strings(std::string(252, 'q') + std::to_string(1000 + i));
+  const StreamResult at_limit = stream_generate(*stub_, r, seconds(30));
+  ASSERT_TRUE(at_limit.status.ok()) << describe(at_limit.status);
+  EXPECT_TRUE(at_limit.tokens.size() == 8u || at_limit.finish_reason == v1::FINISH_REASON_EOS);
+  r.mutable_stopping()->mutable_stop_strings(0)->push_back('x');
+  expect_invalid(r, "stopping.stop_strings hold 16385 bytes together, more than the limit of 16384 bytes");
+  expect_still_serving();
+}
+
+TEST_F(BadRequests, LongRequestIdIsRefused) {
+  v1::GenerateRequest r = greedy(text_request("Hello there", 4));
+  r.set_request_id(std::string(256, 'r'));
+  const StreamResult at_limit = stream_generate(*stub_, r, seconds(30));
+  ASSERT_TRUE(at_limit.status.ok()) << describe(at_limit.status);
+  EXPECT_EQ(at_limit.request_id, std::string(256, 'r'));
+  r.set_request_id(std::string(257, 'r'));
+  expect_invalid(r, "request_id is 257 bytes, more than the limit of 256 bytes (--max-request-id-bytes)");
+  expect_still_serving();
+}
+
 TEST_F(BadRequests, PromptThatLeavesOneTokenFinishesWithContext) {
   v1::GenerateRequest r = greedy(token_request(ids_of_length(kMaxSeqLen - 1), 1));
   r.mutable_stopping()->clear_max_new_tokens();

@@ -57,6 +57,8 @@ struct LaunchConfig {
   bool restart = false;
   // Name of the stderr log file in the test work directory (unique per launch).
   std::string log_name = "launcher";
+  // Further exl3-launch flags, appended as given.
+  std::vector<std::string> extra_args;
 };
 
 // True when no process with this pid exists (it exited and was reaped).
@@ -143,6 +145,7 @@ class LaunchedServer {
       launch.argv.push_back(value);
     }
     if (config.restart) launch.argv.push_back("--restart");
+    launch.argv.insert(launch.argv.end(), config.extra_args.begin(), config.extra_args.end());
     launch.stdout_fd = out->write.get();
     launch.stderr_fd = log.get();
     absl::StatusOr<StartedChild> child = start_child(launch);

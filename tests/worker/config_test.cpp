@@ -87,5 +87,19 @@ TEST(ModelConfig, RejectsBadFilesByName) {
   expect_error(llama3_missing, "factor");
 }
 
+// Found while writing fuzz/model_config_fuzzer: a head_dim near INT64_MAX overflowed rotary_dim() (float
+// to int64 conversion out of range, undefined behaviour) instead of being refused.
+TEST(ModelConfig, RejectsIntegersBeyondInt32) {
+  expect_error(with(kLlama, R"("head_dim": 9223372036854775806)"), "head_dim must be <= 2147483647");
+  std::string huge_vocab = kLlama;
+  huge_vocab.replace(huge_vocab.find("\"vocab_size\": 4096"), 18, "\"vocab_size\": 2147483648");
+  expect_error(huge_vocab, "vocab_size must be <= 2147483647");
+  std::string max_vocab = kLlama;
+  max_vocab.replace(max_vocab.find("\"vocab_size\": 4096"), 18, "\"vocab_size\": 2147483647");
+  auto c = parse_model_config(max_vocab, "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->vocab_size, 2147483647);
+}
+
 }  // namespace
 }  // namespace exl3

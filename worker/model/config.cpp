@@ -2,6 +2,7 @@
 #include "worker/model/config.h"
 
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,9 @@ namespace exl3 {
 namespace {
 
 using json = nlohmann::json;
+
+// Upper bound of every integer field (sizes, counts, positions).
+constexpr int64_t kMaxInt = std::numeric_limits<int32_t>::max();
 
 class Reader {
  public:
@@ -30,6 +34,8 @@ class Reader {
     if (!obj[field].is_number_integer()) return error(field, "must be an integer");
     const int64_t v = obj[field].get<int64_t>();
     if (v < min_value) return error(field, absl::StrCat("must be >= ", min_value, " (got ", v, ")"));
+    // No real model comes near this; larger values overflow derived sizes (rotary_dim()).
+    if (v > kMaxInt) return error(field, absl::StrCat("must be <= ", kMaxInt, " (got ", v, ")"));
     return v;
   }
 

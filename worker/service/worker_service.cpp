@@ -15,6 +15,7 @@
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/engine.h"
+#include "worker/loader/model_fingerprint.h"
 #include "worker/service/local_address.h"
 #include "worker/service/process_memory.h"
 #include "worker/service/proto_convert.h"
@@ -205,6 +206,13 @@ class WorkerSession {
     out->set_cache_bytes(static_cast<int64_t>(engine_->cache_bytes()));
     out->set_workspace_bytes(static_cast<int64_t>(engine_->model().workspace_bytes()));
     out->set_device(backend_->description());
+    EXL3_ASSIGN_OR_RETURN(const std::vector<ModelFileFingerprint> files, fingerprint_model(model_dir));
+    for (const ModelFileFingerprint& f : files) {
+      pb::ModelFile* m = out->add_model_files();
+      m->set_name(f.name);
+      m->set_bytes(f.bytes);
+      m->set_hash(f.hash);
+    }
     out->set_load_seconds(std::chrono::duration<double>(Clock::now() - t0).count());
     std::fprintf(stderr, "exl3-worker rank %d: loaded: %.1f MiB weights, %.1f MiB cache, %.1f MiB workspace in %.2f s\n",
                  options_.rank, out->weight_bytes() / 1048576.0, out->cache_bytes() / 1048576.0,
