@@ -10,6 +10,7 @@
 #include "launch/gpu_probe.h"
 #include "launch/process/process_group.h"
 #include "launch/process/signal_watcher.h"
+#include "worker/comm/cluster_secret.h"
 #include "worker/service/process_memory.h"
 
 namespace exl3 {
@@ -31,7 +32,8 @@ std::vector<uint64_t> caps_for(const LaunchOptions& o) {
 }
 
 // One serving run: coordinator + workers until a stop signal (kStopped) or a failure (kFailed).
-Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals) {
+// The workers read the run's cluster secret from `secret_file` (o.coordinator.cluster_secret).
+Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals, const std::string& secret_file) {
   CoordinatorOptions copts = o.coordinator;
   copts.caps = caps_for(o);
   Coordinator coordinator(copts);
@@ -47,6 +49,7 @@ Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals) {
     spec.argv = {o.worker_bin, "--coordinator", absl::StrCat(copts.control_host, ":", coordinator.control_port()),
                  "--rank", std::to_string(r), "--world", std::to_string(copts.world_size),
                  "--step-graphs", o.step_graphs ? "on" : "off"};
+    if (!secret_file.empty()) spec.argv.insert(spec.argv.end(), {"--cluster-secret-file", secret_file});
     // Workers share the cores: one BLAS thread pool each, sized so they do not oversubscribe.
     spec.env = {{"OPENBLAS_NUM_THREADS", std::to_string(threads)}, {"OMP_NUM_THREADS", std::to_string(threads)}};
     if (o.gpus.empty()) {
@@ -170,8 +173,19 @@ int run_launcher(const LaunchOptions& o) {
     std::fprintf(stderr, "exl3-launch: %s\n", std::string(signals.status().message()).c_str());
     return 1;
   }
+  // A fresh secret for this run: only processes given its file (mode 0600 in a private directory,
+  // removed when the launcher returns) can join the control plane. Never on argv or in a log.
+  absl::StatusOr<std::string> secret = make_cluster_secret();
+  absl::StatusOr<std::unique_ptr<ClusterSecretFile>> secret_file =
+      secret.ok() ? ClusterSecretFile::create(*secret) : secret.status();
+  if (!secret_file.ok()) {
+    std::fprintf(stderr, "exl3-launch: cluster secret: %s\n", std::string(secret_file.status().message()).c_str());
+    return 1;
+  }
+  LaunchOptions run = o;
+  run.coordinator.cluster_secret = *secret;
   for (int attempt = 0;; ++attempt) {
-    const Outcome outcome = serve_once(o, **signals);
+    const Outcome outcome = serve_once(run, **signals, (*secret_file)->path());
     if (outcome == Outcome::kStopped) {
       std::fprintf(stderr, "exl3-launch: stopped\n");
       return 0;

@@ -1,6 +1,7 @@
 // Control service RPC handlers.
 #include "coordinator/server/control_service.h"
 
+#include "worker/comm/cluster_secret.h"
 #include "worker/comm/grpc_store.h"
 
 namespace exl3 {
@@ -15,8 +16,9 @@ std::shared_ptr<WorkerGroup> ControlService::group() const {
   return group_;
 }
 
-grpc::Status ControlService::Register(grpc::ServerContext*, const pb::RegisterRequest* request,
+grpc::Status ControlService::Register(grpc::ServerContext* context, const pb::RegisterRequest* request,
                                       pb::RegisterResponse* response) {
+  if (grpc::Status s = check_cluster_secret(*context, cluster_secret_); !s.ok()) return s;
   auto g = group();
   if (!g) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is not accepting workers");
   return g->on_register(*request, response);
@@ -24,18 +26,21 @@ grpc::Status ControlService::Register(grpc::ServerContext*, const pb::RegisterRe
 
 grpc::Status ControlService::Session(grpc::ServerContext* context,
                                      grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>* stream) {
+  if (grpc::Status s = check_cluster_secret(*context, cluster_secret_); !s.ok()) return s;
   auto g = group();
   if (!g) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the coordinator is not accepting workers");
   return g->run_session(context, stream);
 }
 
-grpc::Status ControlService::StoreSet(grpc::ServerContext*, const pb::StoreSetRequest* request,
+grpc::Status ControlService::StoreSet(grpc::ServerContext* context, const pb::StoreSetRequest* request,
                                       pb::StoreSetResponse*) {
+  if (grpc::Status s = check_cluster_secret(*context, cluster_secret_); !s.ok()) return s;
   return handle_store_set(store_, *request);
 }
 
-grpc::Status ControlService::StoreGet(grpc::ServerContext*, const pb::StoreGetRequest* request,
+grpc::Status ControlService::StoreGet(grpc::ServerContext* context, const pb::StoreGetRequest* request,
                                       pb::StoreGetResponse* response) {
+  if (grpc::Status s = check_cluster_secret(*context, cluster_secret_); !s.ok()) return s;
   return handle_store_get(store_, *request, response);
 }
 

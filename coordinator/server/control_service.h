@@ -1,9 +1,12 @@
 // Control service (worker.proto): forwards registration and sessions to the current worker
-// group, and serves the rendezvous store the collectives bootstrap from.
+// group, and serves the rendezvous store the collectives bootstrap from. With a cluster secret set,
+// every one of its RPCs is refused (UNAUTHENTICATED) unless the call carries that secret; a refused
+// Register takes no rank.
 #pragma once
 
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "coordinator/server/worker_group.h"
 #include "proto/worker.grpc.pb.h"
@@ -15,6 +18,9 @@ class ControlService final : public pb::Control::Service {
  public:
   // The group that registrations and sessions go to (replaced on restart).
   void set_group(std::shared_ptr<WorkerGroup> group);
+  // The secret every call must carry (cluster_secret.h); empty = any caller (single host). Set
+  // before the server starts.
+  void set_cluster_secret(std::string secret) { cluster_secret_ = std::move(secret); }
   // Wakes store waiters so the server can stop without waiting out their timeouts.
   void close_store() { store_.close(); }
 
@@ -33,6 +39,7 @@ class ControlService final : public pb::Control::Service {
   mutable std::mutex mu_;
   std::shared_ptr<WorkerGroup> group_;
   InMemoryStore store_;
+  std::string cluster_secret_;
 };
 
 }  // namespace exl3

@@ -65,6 +65,7 @@ absl::Status Coordinator::start_control() {
                         resolve_request_limits(options_.request_limits, static_cast<int32_t>(options_.max_seq_len)));
   group_ = std::make_shared<WorkerGroup>(options_.world_size, random_run_id());
   control_service_.set_group(group_);
+  control_service_.set_cluster_secret(options_.cluster_secret);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(absl::StrCat(options_.control_host, ":", options_.control_port),
                            grpc::InsecureServerCredentials(), &control_port_);
@@ -73,6 +74,11 @@ absl::Status Coordinator::start_control() {
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
+  // A worker whose link dies silently (no FIN, no RST) ends its session within ~3 s: ping every
+  // second, also mid-step while the worker sends nothing, and close on no ack within 2 s.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   control_server_ = builder.BuildAndStart();
   if (!control_server_ || control_port_ == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.control_host, ":", options_.control_port,
@@ -154,7 +160,7 @@ absl::Status Coordinator::start_serving() {
   EXL3_ASSIGN_OR_RETURN(const std::vector<pb::CommandResult> loaded, group_->call(loads, options_.load_timeout));
   // A worker on another host loads its own copy (exl3-worker --model); it must be this one.
   EXL3_ASSIGN_OR_RETURN(const std::vector<ModelFileFingerprint> own_model, fingerprint_model(options_.model_dir));
-  EXL3_RETURN_IF_ERROR(check_worker_models(own_model, loaded, group_->registrations()));
+  EXL3_RETURN_IF_ERROR(check_worker_models(own_model, loaded, group_->rank_names()));
   loaded_.clear();
   for (int r = 0; r < options_.world_size; ++r) {
     const pb::LoadResult& lr = loaded[r].load();

@@ -36,6 +36,9 @@ struct CoordinatorOptions {
   PublicApiSecurity security;
   std::string control_host = "127.0.0.1";  // control plane (workers dial it)
   int control_port = 0;                    // 0 = ephemeral
+  // Secret every control-plane call must carry (--cluster-secret-file, read by main; exl3-launch
+  // makes one per run); empty = any process reaching the control port may join.
+  std::string cluster_secret;
   PlanMode mode = PlanMode::kTensorParallel;
   // What the workers compute on: kCpu (Gloo collectives) or kCuda (NCCL). Every worker must
   // register with this backend; the plan prices it.

@@ -8,6 +8,7 @@
 #include "coordinator/planner/byte_units.h"
 #include "coordinator/server/coordinator.h"
 #include "coordinator/server/public_api_flags.h"
+#include "worker/comm/cluster_secret.h"
 
 namespace {
 
@@ -43,12 +44,29 @@ int main(int argc, char** argv) {
                  "fits the caps (at least one)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--decode-steps", o.decode_steps, "Decode iterations per worker command")->capture_default_str();
+  std::string cluster_secret_file;
+  app.add_option("--cluster-secret-file", cluster_secret_file,
+                 "File holding the secret every worker must present on the control plane (give the same file to every "
+                 "exl3-worker); without it any process that reaches the control port can join as a rank");
   exl3::PublicApiFiles api_files;
   exl3::add_public_api_flags(app, o, api_files);
   CLI11_PARSE(app, argc, argv);
   if (const absl::Status s = exl3::apply_public_api_flags(api_files, o); !s.ok()) {
     std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(s.message()).c_str());
     return 2;
+  }
+  if (!cluster_secret_file.empty()) {
+    absl::StatusOr<std::string> secret = exl3::read_cluster_secret_file(cluster_secret_file);
+    if (!secret.ok()) {
+      std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(secret.status().message()).c_str());
+      return 2;
+    }
+    o.cluster_secret = *std::move(secret);
+  } else if (!exl3::is_loopback_host(o.control_host)) {
+    std::fprintf(stderr,
+                 "exl3-coordinator: warning: the control plane listens on %s without --cluster-secret-file: any "
+                 "process that reaches the control port can join as a worker\n",
+                 o.control_host.c_str());
   }
   o.mode = *exl3::parse_plan_mode(mode);
   o.backend = *exl3::parse_backend(backend);
@@ -66,9 +84,10 @@ int main(int argc, char** argv) {
   absl::Status s = coordinator.start_control();
   if (s.ok()) {
     std::fprintf(stderr, "exl3-coordinator: control plane on %s:%d; start %d worker(s) with\n"
-                         "  exl3-worker --coordinator %s:%d --rank R --world %d --backend %s\n",
+                         "  exl3-worker --coordinator %s:%d --rank R --world %d --backend %s%s\n",
                  o.control_host.c_str(), coordinator.control_port(), o.world_size, o.control_host.c_str(),
-                 coordinator.control_port(), o.world_size, backend.c_str());
+                 coordinator.control_port(), o.world_size, backend.c_str(),
+                 cluster_secret_file.empty() ? "" : (" --cluster-secret-file " + cluster_secret_file).c_str());
     s = coordinator.start_serving();
   }
   if (!s.ok()) {

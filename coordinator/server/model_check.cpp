@@ -7,7 +7,7 @@ namespace exl3 {
 
 absl::Status check_worker_models(const std::vector<ModelFileFingerprint>& own,
                                  const std::vector<control::v1::CommandResult>& loads,
-                                 const std::vector<control::v1::RegisterRequest>& registrations) {
+                                 const std::vector<std::string>& rank_names) {
   for (size_t r = 0; r < loads.size(); ++r) {
     std::vector<ModelFileFingerprint> theirs;
     for (const control::v1::ModelFile& f : loads[r].load().model_files()) {
@@ -15,11 +15,9 @@ absl::Status check_worker_models(const std::vector<ModelFileFingerprint>& own,
     }
     const std::string diff = fingerprint_difference(own, theirs);
     if (diff.empty()) continue;
-    const std::string host = r < registrations.size() && !registrations[r].hostname().empty()
-                                 ? registrations[r].hostname()
-                                 : std::string("an unknown host");
-    return absl::FailedPreconditionError(absl::StrCat("worker rank ", r, " on ", host,
-                                                      " loaded a model copy that differs from the coordinator's: ", diff));
+    const std::string who = r < rank_names.size() ? rank_names[r] : absl::StrCat("worker rank ", r);
+    return absl::FailedPreconditionError(
+        absl::StrCat(who, " loaded a model copy that differs from the coordinator's: ", diff));
   }
   return absl::OkStatus();
 }

@@ -3,6 +3,7 @@
 // coordinator's own copy is refused, naming the rank, its host and the file.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -12,9 +13,9 @@
 namespace exl3 {
 
 // FAILED_PRECONDITION for the first rank whose copy differs from `own`; loads[r] and
-// registrations[r] belong to rank r.
+// rank_names[r] ("worker rank R on HOST (PEER)", WorkerGroup::rank_names) belong to rank r.
 absl::Status check_worker_models(const std::vector<ModelFileFingerprint>& own,
                                  const std::vector<control::v1::CommandResult>& loads,
-                                 const std::vector<control::v1::RegisterRequest>& registrations);
+                                 const std::vector<std::string>& rank_names);
 
 }  // namespace exl3

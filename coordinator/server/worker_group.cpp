@@ -7,6 +7,13 @@
 #include "absl/strings/str_join.h"
 
 namespace exl3 {
+namespace {
+
+// How long the session end of a rank that reported a failed command waits for another rank's
+// session to break (that rank is then the one named as lost).
+constexpr std::chrono::milliseconds kStoppedRankGrace{2000};
+
+}  // namespace
 
 WorkerGroup::WorkerGroup(int world_size, std::string run_id)
     : world_size_(world_size), run_id_(std::move(run_id)), ranks_(world_size) {
@@ -60,6 +67,21 @@ void WorkerGroup::watch_writes() {
   }
 }
 
+std::string WorkerGroup::describe_rank(int rank) const {
+  const Rank& r = ranks_[rank];
+  std::string out = absl::StrCat("worker rank ", rank);
+  if (r.registered && !r.registration.hostname().empty()) absl::StrAppend(&out, " on ", r.registration.hostname());
+  if (!r.peer.empty()) absl::StrAppend(&out, " (", r.peer, ")");
+  return out;
+}
+
+std::vector<std::string> WorkerGroup::rank_names() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (int r = 0; r < world_size_; ++r) out.push_back(describe_rank(r));
+  return out;
+}
+
 grpc::Status WorkerGroup::on_register(const pb::RegisterRequest& request, pb::RegisterResponse* response) {
   std::lock_guard lock(mu_);
   if (closed_ || !failure_.ok()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the worker group is closed");
@@ -100,20 +122,33 @@ grpc::Status WorkerGroup::run_session(grpc::ServerContext* context,
     ranks_[rank].stream = stream;
     ranks_[rank].context = context;
     ranks_[rank].session_open = true;
+    ranks_[rank].peer = context->peer();
     cv_.notify_all();
   }
+  std::string reported_error;  // the last failed result this rank sent
   while (stream->Read(&msg)) {
     if (!msg.has_result()) continue;
     std::lock_guard lock(mu_);
+    if (msg.result().code() != 0) reported_error = msg.result().message();
     if (msg.result().command_id() == pending_id_ && pending_results_[rank] == std::nullopt) {
       pending_results_[rank] = msg.result();
       cv_.notify_all();
     }
   }
   {
-    std::lock_guard lock(mu_);
-    if (!closed_ && !shutting_down_ && failure_.ok()) {
-      failure_ = absl::UnavailableError(absl::StrCat("worker rank ", rank, " disconnected",
+    std::unique_lock lock(mu_);
+    const auto expected = [&] { return closed_ || shutting_down_ || !failure_.ok(); };
+    if (!expected() && !reported_error.empty()) {
+      // A worker whose step failed (a collective that lost a peer) reports it and stops. The
+      // peer it lost is the rank to blame: wait a little for that session to break first.
+      cv_.wait_for(lock, kStoppedRankGrace, expected);
+      if (!expected()) {
+        failure_ = absl::UnavailableError(
+            absl::StrCat(describe_rank(rank), " stopped after a failed command: ", reported_error));
+        std::fprintf(stderr, "coordinator: %s\n", std::string(failure_.message()).c_str());
+      }
+    } else if (!expected()) {
+      failure_ = absl::UnavailableError(absl::StrCat(describe_rank(rank), " disconnected",
                                                      context->IsCancelled() ? " (session cancelled)" : ""));
       std::fprintf(stderr, "coordinator: %s\n", std::string(failure_.message()).c_str());
     }
@@ -184,7 +219,12 @@ absl::StatusOr<std::vector<pb::CommandResult>> WorkerGroup::call(std::vector<pb:
       commands[i].set_command_id(id);
       if (streams[i] == nullptr || !streams[i]->Write(commands[i])) {
         end_writes();
-        fail(absl::UnavailableError(absl::StrCat("worker rank ", i, " is not reachable")));
+        std::string who;
+        {
+          std::lock_guard lock(mu_);
+          who = describe_rank(i);
+        }
+        fail(absl::UnavailableError(absl::StrCat(who, " is not reachable")));
         return failure();
       }
     }

@@ -1,7 +1,10 @@
 // WorkerGroup: the coordinator's view of its workers. Registration and the per-worker command
 // sessions arrive through the Control service; the coordinator sends a command to every rank
-// and waits for all results under a deadline. A worker whose session breaks fails the group at
-// once: pending and later calls return UNAVAILABLE naming the rank. Writes to the sessions have
+// and waits for all results under a deadline. A worker whose session breaks (its process died,
+// or its link did: the control server's keepalive pings close a silent connection within about
+// 3 s, see Coordinator::start_control) fails the group at once: pending and later calls return
+// UNAVAILABLE naming the rank, its host and its address (a rank that reported a failed step and
+// stopped is named only when no other rank's session breaks within 2 s: it lost a peer). Writes to the sessions have
 // the call's deadline too: a watchdog cancels every session when a write (a worker not reading)
 // outlasts it, which fails the group with DEADLINE_EXCEEDED.
 #pragma once
@@ -41,6 +44,8 @@ class WorkerGroup {
   // Coordinator side. Waits until every rank registered and opened its session.
   absl::Status wait_ready(std::chrono::milliseconds timeout);
   std::vector<pb::RegisterRequest> registrations() const;
+  // "worker rank R on HOST (PEER)" of every rank, for messages about one rank.
+  std::vector<std::string> rank_names() const;
   // Sends commands[r] to rank r (command ids are assigned here) and waits for every result.
   // Returns the results by rank, or the first error: a worker's non-OK result, a lost worker
   // (UNAVAILABLE) or the deadline (DEADLINE_EXCEEDED naming the ranks that did not answer).
@@ -62,7 +67,13 @@ class WorkerGroup {
     grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>* stream = nullptr;
     grpc::ServerContext* context = nullptr;  // of the open session, to cancel a stuck write
     bool session_open = false;
+    std::string peer;  // the session's remote address, as gRPC names it ("ipv4:10.0.0.2:41234")
   };
+
+  // "worker rank R on HOST (PEER)" for failure messages: the host it registered from and the
+  // address its session came from (hosts in one machine's network namespaces share a hostname).
+  // Requires mu_.
+  std::string describe_rank(int rank) const;
 
   // Marks writes to the sessions as in progress until `timeout` from now (end_writes() clears).
   void begin_writes(std::chrono::milliseconds timeout, uint64_t command_id);

@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "CLI/CLI.hpp"
+#include "worker/comm/cluster_secret.h"
 #include "worker/service/worker_device.h"
 #include "worker/service/worker_service.h"
 
@@ -44,10 +45,22 @@ int main(int argc, char** argv) {
                  "Address the CPU collectives (Gloo) bind to and advertise: auto (the interface that routes to the "
                  "coordinator), coordinator (the address the coordinator sends) or an address of this host")
       ->capture_default_str();
+  std::string cluster_secret_file;
+  app.add_option("--cluster-secret-file", cluster_secret_file,
+                 "File holding the run's control-plane secret (the file given to exl3-coordinator; exl3-launch passes "
+                 "its own)");
   CLI11_PARSE(app, argc, argv);
   if (o.rank >= o.world_size) {
     std::fprintf(stderr, "exl3-worker: --rank %d must be below --world %d\n", o.rank, o.world_size);
     return 2;
+  }
+  if (!cluster_secret_file.empty()) {
+    absl::StatusOr<std::string> secret = exl3::read_cluster_secret_file(cluster_secret_file);
+    if (!secret.ok()) {
+      std::fprintf(stderr, "exl3-worker: rank %d: %s\n", o.rank, std::string(secret.status().message()).c_str());
+      return 2;
+    }
+    o.cluster_secret = *std::move(secret);
   }
   if (o.backend == "cuda" && !exl3::worker_has_cuda()) {
     std::fprintf(stderr, "exl3-worker: rank %d: --backend cuda: %s\n", o.rank, exl3::kNoCudaMessage);

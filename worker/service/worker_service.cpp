@@ -12,10 +12,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/worker.grpc.pb.h"
+#include "worker/comm/cluster_secret.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
 #include "worker/engine.h"
 #include "worker/loader/model_fingerprint.h"
+#include "worker/service/coordinator_watch.h"
 #include "worker/service/local_address.h"
 #include "worker/service/process_memory.h"
 #include "worker/service/proto_convert.h"
@@ -51,12 +53,17 @@ class WorkerSession {
     hello.mutable_hello()->set_rank(options_.rank);
     hello.mutable_hello()->set_run_id(run_id);
     if (!stream->Write(hello)) return finish(stream.get(), "sending the session hello");
+    CoordinatorWatch watch(channel_,
+                           absl::StrCat("exl3-worker rank ", options_.rank, " (coordinator ", options_.coordinator, ")"),
+                           std::chrono::seconds(1));
     pb::Command cmd;
     while (stream->Read(&cmd)) {
       pb::WorkerMessage reply;
       pb::CommandResult* result = reply.mutable_result();
       result->set_command_id(cmd.command_id());
+      watch.command_started();
       const absl::Status status = handle(cmd, result);
+      watch.command_finished();
       result->set_code(static_cast<int>(status.code()));
       result->set_message(std::string(status.message()));
       if (!stream->Write(reply)) return finish(stream.get(), "sending a command result");
@@ -283,7 +290,8 @@ absl::Status run_worker(const WorkerOptions& options) {
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetMaxReceiveMessageSize(64 << 20);
-  auto channel = grpc::CreateCustomChannel(options.coordinator, grpc::InsecureChannelCredentials(), args);
+  // Every call on this channel (Register, Session, the rendezvous store) carries the cluster secret.
+  auto channel = make_control_channel(options.coordinator, args, options.cluster_secret);
   const auto deadline = std::chrono::system_clock::now() + options.connect_timeout;
   if (!channel->WaitForConnected(deadline)) {
     return absl::UnavailableError(absl::StrCat("rank ", options.rank, ": cannot reach the coordinator at ",
@@ -300,6 +308,11 @@ absl::Status run_worker(const WorkerOptions& options) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   const grpc::Status s = stub->Register(&ctx, req, &resp);
+  if (s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    return from_grpc(s, absl::StrCat("rank ", options.rank, ": the coordinator at ", options.coordinator,
+                                     " refused this worker (give it the run's secret with ", kClusterSecretFlag,
+                                     ")"));
+  }
   if (!s.ok()) return from_grpc(s, absl::StrCat("rank ", options.rank, ": registration refused"));
   std::fprintf(stderr, "exl3-worker rank %d: registered with %s (run %s)\n", options.rank, options.coordinator.c_str(),
                resp.run_id().c_str());

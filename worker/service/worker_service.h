@@ -28,6 +28,8 @@ struct WorkerOptions {
   // Where the CPU collectives (Gloo) bind: "auto" (the interface that routes to the coordinator),
   // "coordinator" (the address the coordinator sends), or an address of this host.
   std::string comm_host = "auto";
+  // Secret sent with every control-plane call (--cluster-secret-file); empty = none.
+  std::string cluster_secret;
 };
 
 absl::Status run_worker(const WorkerOptions& options);
