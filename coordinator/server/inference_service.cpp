@@ -2,6 +2,7 @@
 #include "coordinator/server/inference_service.h"
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/server/request_admission.h"
 #include "coordinator/server/server_credentials.h"
 
 namespace exl3 {
@@ -16,34 +17,6 @@ v1::FinishReason finish_to_proto(FinishReason r) {
     case FinishReason::kContext: return v1::FINISH_REASON_CONTEXT;
   }
   return v1::FINISH_REASON_UNSPECIFIED;
-}
-
-GenerateParams params_from_proto(const v1::GenerateRequest& r) {
-  GenerateParams p;
-  p.request_id = r.request_id();
-  if (r.input_case() == v1::GenerateRequest::kPrompt) {
-    p.prompt = r.prompt();
-  } else if (r.input_case() == v1::GenerateRequest::kPromptTokens) {
-    p.prompt = std::vector<int32_t>(r.prompt_tokens().ids().begin(), r.prompt_tokens().ids().end());
-  }
-  if (r.has_add_bos()) p.add_bos = r.add_bos();
-  p.special_tokens_as_text = r.special_tokens_as_text();
-  const v1::SamplingParams& s = r.sampling();
-  if (s.has_temperature()) p.sampling.temperature = s.temperature();
-  if (s.has_top_k()) p.sampling.top_k = s.top_k();
-  if (s.has_top_p()) p.sampling.top_p = s.top_p();
-  if (s.has_min_p()) p.sampling.min_p = s.min_p();
-  if (s.has_repetition_penalty()) p.sampling.repetition_penalty = s.repetition_penalty();
-  if (s.has_presence_penalty()) p.sampling.presence_penalty = s.presence_penalty();
-  if (s.has_frequency_penalty()) p.sampling.frequency_penalty = s.frequency_penalty();
-  if (s.has_seed()) p.sampling.seed = s.seed();
-  const v1::StoppingCriteria& st = r.stopping();
-  if (st.has_max_new_tokens()) p.stopping.max_new_tokens = st.max_new_tokens();
-  p.stopping.stop_strings.assign(st.stop_strings().begin(), st.stop_strings().end());
-  p.stopping.stop_token_ids.assign(st.stop_token_ids().begin(), st.stop_token_ids().end());
-  p.stopping.ignore_eos = st.ignore_eos();
-  p.skip_special_tokens = r.skip_special_tokens();
-  return p;
 }
 
 }  // namespace
@@ -69,47 +42,20 @@ uint64_t InferenceService::random_seed() {
 grpc::Status InferenceService::run(grpc::ServerContext* context, const v1::GenerateRequest& request,
                                    const std::function<bool(const v1::GenerateResponse&)>& emit, bool stream) {
   if (grpc::Status auth = check_bearer_token(*context, auth_token_); !auth.ok()) return auth;
+  // An oversized request is refused before it takes a slot (admit_request checks again).
   if (absl::Status size = check_request_size(request, request_limits_); !size.ok()) return to_grpc(size);
   // Held until the call returns: counts the call while it is tokenized, queued and running.
   absl::StatusOr<InFlightRequests::Slot> slot = in_flight_.acquire(context->peer());
   if (!slot.ok()) return to_grpc(slot.status());
-  GenerateParams params = params_from_proto(request);
-  if (params.request_id.empty()) params.request_id = absl::StrCat("req-", next_request_id_++);
-  // The prompt as token ids: text is tokenized (BOS per add_bos, default the tokenizer's); token
-  // prompts are used as given unless add_bos is set explicitly. An empty prompt stays empty so
-  // that validation refuses it, BOS or not.
-  std::vector<int32_t> body;
-  bool default_bos = false;
-  if (const auto* text = std::get_if<std::string>(&params.prompt)) {
-    body = tokenizer_.encode(*text, !params.special_tokens_as_text);
-    default_bos = tokenizer_.add_bos();
-  } else if (const auto* ids = std::get_if<std::vector<int32_t>>(&params.prompt)) {
-    body = *ids;
-  }
-  std::vector<int32_t> prompt_ids;
-  prompt_ids.reserve(body.size() + 1);
-  if (!body.empty() && params.add_bos.value_or(default_bos) && tokenizer_.bos_id()) {
-    prompt_ids.push_back(*tokenizer_.bos_id());
-  }
-  prompt_ids.insert(prompt_ids.end(), body.begin(), body.end());
-  const char* prompt_field = std::holds_alternative<std::string>(params.prompt) ? "prompt" : "prompt_tokens";
-  if (absl::Status n = check_prompt_tokens(static_cast<int64_t>(prompt_ids.size()), prompt_field, request_limits_);
-      !n.ok()) {
-    return to_grpc(n);
-  }
-  // Unset max_new_tokens means "up to the context"; a lower --max-new-tokens caps that default
-  // (the request then finishes with LENGTH at the cap).
-  const int64_t room = static_cast<int64_t>(limits_.max_context) - static_cast<int64_t>(prompt_ids.size());
-  if (!params.stopping.max_new_tokens && request_limits_.max_new_tokens < room) {
-    params.stopping.max_new_tokens = request_limits_.max_new_tokens;
-  }
-  absl::StatusOr<ValidatedRequest> validated = validate_request(params, limits_, prompt_ids, random_seed());
+  absl::StatusOr<ValidatedRequest> validated = admit_request(request, tokenizer_, limits_, request_limits_,
+                                                             absl::StrCat("req-", next_request_id_++), random_seed());
   if (!validated.ok()) return to_grpc(validated.status());
+  const std::string request_id = validated->request_id;
   absl::StatusOr<ServingLoop::Submitted> submitted = loop_.submit(*std::move(validated));
   if (!submitted.ok()) return to_grpc(submitted.status());
 
   v1::GenerateResponse aggregate;
-  aggregate.set_request_id(params.request_id);
+  aggregate.set_request_id(request_id);
   while (true) {
     std::optional<GenerationChunk> chunk = submitted->channel->take(std::chrono::milliseconds(50));
     if (context->IsCancelled()) {
@@ -119,7 +65,7 @@ grpc::Status InferenceService::run(grpc::ServerContext* context, const v1::Gener
     if (!chunk) continue;
     if (!chunk->error.ok()) return to_grpc(chunk->error);
     v1::GenerateResponse out;
-    out.set_request_id(params.request_id);
+    out.set_request_id(request_id);
     out.set_text(chunk->text);
     out.mutable_token_ids()->Add(chunk->tokens.begin(), chunk->tokens.end());
     if (chunk->done) {
