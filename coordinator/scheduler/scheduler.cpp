@@ -65,7 +65,7 @@ absl::StatusOr<SeqId> Scheduler::submit(ValidatedRequest request) {
         config_.page_size, "); it can never run: lower stopping.max_new_tokens or the prompt"));
   }
   if (static_cast<int64_t>(queue_.size()) >= config_.max_queue) {
-    return absl::ResourceExhaustedError(absl::StrCat("request queue is full (", queue_.size(), " waiting, max_queue ",
+    return absl::ResourceExhaustedError(absl::StrCat("request queue is full (", queue_.size(), " waiting, --max-queue ",
                                                      config_.max_queue, "); retry later"));
   }
   const SeqId id = next_seq_id_++;

@@ -342,7 +342,7 @@ TEST(Scheduler, RefusesWhenTheQueueIsFull) {
   auto refused = s.submit(make_request(4, 4));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_NE(refused.status().message().find("max_queue 2"), std::string::npos) << refused.status();
+  EXPECT_NE(refused.status().message().find("--max-queue 2"), std::string::npos) << refused.status();
   ASSERT_TRUE(run_step(s).has_value());  // both admitted: the queue is empty again
   EXPECT_TRUE(s.submit(make_request(4, 4)).ok());
 }
