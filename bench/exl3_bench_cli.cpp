@@ -12,6 +12,7 @@
 #include "bench/make_model.h"
 #include "bench/model_bench.h"
 #include "bench/serve_bench.h"
+#include "bench/soak_bench.h"
 
 namespace exl3 {
 namespace {
@@ -75,6 +76,9 @@ int run_exl3_bench(int argc, const char* const* argv) {
   ServeBenchOptions serve_bench_options;
   serve_bench_options.argv.assign(argv, argv + argc);
   add_serve_subcommand(app, serve_bench_options);
+  SoakOptions soak_options;
+  soak_options.argv.assign(argv, argv + argc);
+  add_soak_subcommand(app, soak_options);
   ModelBenchOptions model_bench_options;
   model_bench_options.argv.assign(argv, argv + argc);
   add_model_bench_command(app, model_bench_options);

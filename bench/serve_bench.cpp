@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <barrier>
 #include <cerrno>
 #include <chrono>
@@ -41,138 +42,8 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-// An exl3-launch started for the run: stopped with SIGTERM (then SIGKILL after a deadline) and
-// reaped by stop() or the destructor. Created on the thread that outlives it (PDEATHSIG).
-class LaunchedServer {
- public:
-  static absl::StatusOr<std::unique_ptr<LaunchedServer>> start(const ServeBenchOptions& o) {
-    std::string bin = o.launch_bin;
-    if (bin.empty()) {
-      std::error_code ec;
-      const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
-      if (ec) return absl::InternalError("cannot find this program's directory (/proc/self/exe)");
-      bin = (self.parent_path() / "exl3-launch").string();
-    }
-    if (!std::filesystem::exists(bin)) {
-      return absl::NotFoundError(absl::StrCat("exl3-launch not found at ", bin, " (use --launch-bin)"));
-    }
-    ChildLaunch launch;
-    launch.argv = {bin};
-    for (absl::string_view arg : absl::StrSplit(o.launch_args, ' ', absl::SkipWhitespace())) {
-      launch.argv.emplace_back(arg);
-    }
-    launch.argv.push_back("--port");
-    launch.argv.push_back("0");
-    absl::StatusOr<Pipe> out = make_pipe();
-    if (!out.ok()) return out.status();
-    launch.stdout_fd = out->write.get();
-    absl::StatusOr<StartedChild> child = start_child(launch);
-    if (!child.ok()) return child.status();
-    std::unique_ptr<LaunchedServer> server(new LaunchedServer());
-    server->pid_ = child->pid;
-    server->stdout_ = std::move(out->read);
-    out->write.reset();
-    absl::StatusOr<std::string> address = server->serving_address(
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.ready_timeout_s)));
-    if (!address.ok()) return address.status();
-    server->address_ = *address;
-    return server;
-  }
-
-  ~LaunchedServer() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      wait_exit(Clock::now() + std::chrono::seconds(10));
-    }
-  }
-  LaunchedServer(const LaunchedServer&) = delete;
-  LaunchedServer& operator=(const LaunchedServer&) = delete;
-
-  const std::string& address() const { return address_; }
-
-  // SIGTERM, then SIGKILL when it has not exited by the deadline.
-  absl::Status stop(double timeout_s) {
-    if (pid_ <= 0 || reaped_) return absl::OkStatus();
-    ::kill(pid_, SIGTERM);
-    const auto deadline =
-        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
-    if (wait_exit(deadline)) return absl::OkStatus();
-    ::kill(pid_, SIGKILL);
-    wait_exit(Clock::now() + std::chrono::seconds(10));
-    return absl::DeadlineExceededError(
-        absl::StrFormat("exl3-launch did not exit within %.0f s of SIGTERM (killed)", timeout_s));
-  }
-
- private:
-  LaunchedServer() = default;
-
-  bool wait_exit(Clock::time_point deadline) {
-    while (!reaped_) {
-      int status = 0;
-      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-      if (r == pid_) {
-        reaped_ = true;
-        break;
-      }
-      if (r < 0 && errno != EINTR) return false;
-      if (Clock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    return true;
-  }
-
-  // Reads stdout lines until "serving on HOST:PORT"; a 0.0.0.0 / [::] host becomes 127.0.0.1.
-  absl::StatusOr<std::string> serving_address(Clock::time_point deadline) {
-    static constexpr char kPrefix[] = "serving on ";
-    std::string buffer;
-    while (true) {
-      size_t eol;
-      while ((eol = buffer.find('\n')) != std::string::npos) {
-        const std::string line = buffer.substr(0, eol);
-        buffer.erase(0, eol + 1);
-        if (line.rfind(kPrefix, 0) != 0) continue;
-        const std::string hostport = line.substr(sizeof(kPrefix) - 1);
-        const size_t colon = hostport.rfind(':');
-        int port = 0;
-        if (colon == std::string::npos || !absl::SimpleAtoi(hostport.substr(colon + 1), &port) || port <= 0) {
-          return absl::InternalError(absl::StrCat("exl3-launch printed an unreadable line: ", line));
-        }
-        std::string host = hostport.substr(0, colon);
-        if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = "127.0.0.1";
-        return absl::StrCat(host, ":", port);
-      }
-      pollfd fd{stdout_.get(), POLLIN, 0};
-      absl::StatusOr<int> ready = poll_until(std::span<pollfd>(&fd, 1), deadline);
-      if (!ready.ok()) return ready.status();
-      if (*ready == 0) return absl::DeadlineExceededError("exl3-launch printed no 'serving on' line in time");
-      std::array<char, 4096> chunk;
-      const ssize_t n = ::read(stdout_.get(), chunk.data(), chunk.size());
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return absl::UnavailableError("exl3-launch exited before serving (see its messages above)");
-      buffer.append(chunk.data(), static_cast<size_t>(n));
-    }
-  }
-
-  pid_t pid_ = -1;
-  bool reaped_ = false;
-  UniqueFd stdout_;
-  std::string address_;
-};
-
-struct StreamResult {
-  absl::Status status;
-  int64_t tokens = 0;
-  double ttft_s = 0.0;
-  std::vector<double> itl_s;
-  Clock::time_point end;
-};
-
-// One streaming Generate: greedy, ignore_eos, exactly max_new_tokens. Tokens that arrive in one
-// response share its gap since the previous response evenly (the first response's extra tokens
-// count the time since the first token, i.e. 0).
-StreamResult stream_one(v1::Inference::Stub& stub, const ServeBenchOptions& o, int32_t vocab, int client,
-                        int max_new_tokens) {
-  StreamResult r;
+// One benchmark request: greedy, ignore_eos, exactly max_new_tokens, a fixed prompt per client.
+v1::GenerateRequest bench_request(const ServeBenchOptions& o, int32_t vocab, int client, int max_new_tokens) {
   v1::GenerateRequest req;
   req.set_request_id(absl::StrCat("bench-", client));
   v1::TokenIds* ids = req.mutable_prompt_tokens();
@@ -182,36 +53,13 @@ StreamResult stream_one(v1::Inference::Stub& stub, const ServeBenchOptions& o, i
   req.mutable_sampling()->set_temperature(0.0f);
   req.mutable_stopping()->set_max_new_tokens(max_new_tokens);
   req.mutable_stopping()->set_ignore_eos(true);
+  return req;
+}
 
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
-                                                          std::chrono::duration<double>(o.request_timeout_s)));
-  const Clock::time_point start = Clock::now();
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&ctx, req);
-  v1::GenerateResponse resp;
-  Clock::time_point previous = start;
-  while (reader->Read(&resp)) {
-    const int k = resp.token_ids_size();
-    if (k == 0) continue;
-    const Clock::time_point now = Clock::now();
-    int first = 0;
-    if (r.tokens == 0) {
-      r.ttft_s = seconds_between(start, now);
-      for (int i = 1; i < k; ++i) r.itl_s.push_back(0.0);
-      first = k;
-    }
-    for (int i = first; i < k; ++i) r.itl_s.push_back(seconds_between(previous, now) / k);
-    r.tokens += k;
-    previous = now;
-  }
-  const grpc::Status st = reader->Finish();
-  r.end = Clock::now();
-  if (!st.ok()) {
-    // gRPC and absl share the canonical code numbering.
-    r.status = absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                            absl::StrCat("Generate (client ", client, "): ", st.error_message()));
-  }
-  return r;
+StreamResult stream_one(v1::Inference::Stub& stub, const ServeBenchOptions& o, int32_t vocab, int client,
+                        int max_new_tokens) {
+  return stream_generate(stub, bench_request(o, vocab, client, max_new_tokens), o.request_timeout_s, -1,
+                         absl::StrCat("Generate (client ", client, ")"));
 }
 
 absl::StatusOr<ServeRound> run_round(const std::string& address, const ServeBenchOptions& o, int32_t vocab,
@@ -221,7 +69,8 @@ absl::StatusOr<ServeRound> run_round(const std::string& address, const ServeBenc
     stubs.push_back(v1::Inference::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
   }
   std::vector<StreamResult> results(static_cast<size_t>(clients));
-  std::barrier sync(clients + 1);
+  const bool extra = o.stop_strings > 0;
+  std::barrier sync(clients + 1 + (extra ? 1 : 0));
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; ++c) {
     threads.emplace_back([&, c]() {
@@ -229,10 +78,37 @@ absl::StatusOr<ServeRound> run_round(const std::string& address, const ServeBenc
       results[static_cast<size_t>(c)] = stream_one(*stubs[static_cast<size_t>(c)], o, vocab, c, o.max_new_tokens);
     });
   }
+  // The unmeasured client: back-to-back requests carrying the stop set until the measured ones end.
+  std::atomic<bool> measured_done{false};
+  ServeRound round;
+  absl::Status extra_status;
+  std::thread extra_thread;
+  if (extra) {
+    extra_thread = std::thread([&]() {
+      std::unique_ptr<v1::Inference::Stub> stub =
+          v1::Inference::NewStub(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      v1::GenerateRequest req = bench_request(o, vocab, clients, o.max_new_tokens);
+      for (std::string& s : unmatched_stop_strings(o.stop_strings, o.stop_string_bytes)) {
+        req.mutable_stopping()->add_stop_strings(std::move(s));
+      }
+      sync.arrive_and_wait();
+      while (!measured_done.load()) {
+        StreamResult r = stream_generate(*stub, req, o.request_timeout_s, -1, "Generate (stop-string client)");
+        if (!r.status.ok()) {
+          extra_status = r.status;
+          return;
+        }
+        ++round.extra_requests;
+        round.extra_tokens += r.tokens;
+      }
+    });
+  }
   const Clock::time_point start = Clock::now();
   sync.arrive_and_wait();
   for (std::thread& t : threads) t.join();
-  ServeRound round;
+  measured_done.store(true);
+  if (extra_thread.joinable()) extra_thread.join();
+  if (!extra_status.ok()) return extra_status;
   round.clients = clients;
   Clock::time_point end = start;
   for (const StreamResult& r : results) {
@@ -256,6 +132,9 @@ absl::Status validate(const ServeBenchOptions& o) {
   }
   if (o.max_new_tokens < 1) return absl::InvalidArgumentError("--max-new-tokens must be at least 1");
   if (o.prompt_tokens < 1) return absl::InvalidArgumentError("--prompt-tokens must be at least 1");
+  if (o.stop_strings < 0 || o.stop_string_bytes < 1) {
+    return absl::InvalidArgumentError("--stop-strings must be >= 0 and --stop-string-bytes >= 1");
+  }
   return absl::OkStatus();
 }
 
@@ -267,6 +146,156 @@ nlohmann::json latency_json(const std::vector<double>& v) {
 }
 
 }  // namespace
+
+LaunchedServer::~LaunchedServer() {
+  if (pid_ > 0 && !reaped_) {
+    ::kill(pid_, SIGKILL);
+    wait_exit(Clock::now() + std::chrono::seconds(10));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<LaunchedServer>> LaunchedServer::start(const std::string& launch_bin,
+                                                                      const std::string& args,
+                                                                      double ready_timeout_s) {
+  std::string bin = launch_bin;
+  if (bin.empty()) {
+    std::error_code ec;
+    const std::filesystem::path self = std::filesystem::read_symlink("/proc/self/exe", ec);
+    if (ec) return absl::InternalError("cannot find this program's directory (/proc/self/exe)");
+    bin = (self.parent_path() / "exl3-launch").string();
+  }
+  if (!std::filesystem::exists(bin)) {
+    return absl::NotFoundError(absl::StrCat("exl3-launch not found at ", bin, " (use --launch-bin)"));
+  }
+  ChildLaunch launch;
+  launch.argv = {bin};
+  for (absl::string_view arg : absl::StrSplit(args, ' ', absl::SkipWhitespace())) launch.argv.emplace_back(arg);
+  launch.argv.push_back("--port");
+  launch.argv.push_back("0");
+  absl::StatusOr<Pipe> out = make_pipe();
+  if (!out.ok()) return out.status();
+  launch.stdout_fd = out->write.get();
+  absl::StatusOr<StartedChild> child = start_child(launch);
+  if (!child.ok()) return child.status();
+  std::unique_ptr<LaunchedServer> server(new LaunchedServer());
+  server->pid_ = child->pid;
+  server->stdout_ = std::move(out->read);
+  out->write.reset();
+  absl::StatusOr<std::string> address = server->serving_address(
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(ready_timeout_s)));
+  if (!address.ok()) return address.status();
+  server->address_ = *address;
+  return server;
+}
+
+absl::Status LaunchedServer::stop(double timeout_s) {
+  if (pid_ <= 0 || reaped_) return absl::OkStatus();
+  ::kill(pid_, SIGTERM);
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  if (wait_exit(deadline)) return absl::OkStatus();
+  ::kill(pid_, SIGKILL);
+  wait_exit(Clock::now() + std::chrono::seconds(10));
+  return absl::DeadlineExceededError(
+      absl::StrFormat("exl3-launch did not exit within %.0f s of SIGTERM (killed)", timeout_s));
+}
+
+bool LaunchedServer::wait_exit(Clock::time_point deadline) {
+  while (!reaped_) {
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      reaped_ = true;
+      break;
+    }
+    if (r < 0 && errno != EINTR) return false;
+    if (Clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return true;
+}
+
+// Reads stdout lines until "serving on HOST:PORT"; a 0.0.0.0 / [::] host becomes 127.0.0.1.
+absl::StatusOr<std::string> LaunchedServer::serving_address(Clock::time_point deadline) {
+  static constexpr char kPrefix[] = "serving on ";
+  std::string buffer;
+  while (true) {
+    size_t eol;
+    while ((eol = buffer.find('\n')) != std::string::npos) {
+      const std::string line = buffer.substr(0, eol);
+      buffer.erase(0, eol + 1);
+      if (line.rfind(kPrefix, 0) != 0) continue;
+      const std::string hostport = line.substr(sizeof(kPrefix) - 1);
+      const size_t colon = hostport.rfind(':');
+      int port = 0;
+      if (colon == std::string::npos || !absl::SimpleAtoi(hostport.substr(colon + 1), &port) || port <= 0) {
+        return absl::InternalError(absl::StrCat("exl3-launch printed an unreadable line: ", line));
+      }
+      std::string host = hostport.substr(0, colon);
+      if (host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::") host = "127.0.0.1";
+      return absl::StrCat(host, ":", port);
+    }
+    pollfd fd{stdout_.get(), POLLIN, 0};
+    absl::StatusOr<int> ready = poll_until(std::span<pollfd>(&fd, 1), deadline);
+    if (!ready.ok()) return ready.status();
+    if (*ready == 0) return absl::DeadlineExceededError("exl3-launch printed no 'serving on' line in time");
+    std::array<char, 4096> chunk;
+    const ssize_t n = ::read(stdout_.get(), chunk.data(), chunk.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return absl::UnavailableError("exl3-launch exited before serving (see its messages above)");
+    buffer.append(chunk.data(), static_cast<size_t>(n));
+  }
+}
+
+absl::Status from_grpc(const grpc::Status& st, absl::string_view what) {
+  if (st.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(st.error_code()), absl::StrCat(what, ": ", st.error_message()));
+}
+
+StreamResult stream_generate(v1::Inference::Stub& stub, const v1::GenerateRequest& req, double timeout_s,
+                             int64_t cancel_after_tokens, absl::string_view what) {
+  StreamResult r;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::duration_cast<std::chrono::system_clock::duration>(
+                                                          std::chrono::duration<double>(timeout_s)));
+  const Clock::time_point start = Clock::now();
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&ctx, req);
+  if (cancel_after_tokens == 0) ctx.TryCancel();
+  v1::GenerateResponse resp;
+  Clock::time_point previous = start;
+  while (reader->Read(&resp)) {
+    const int k = resp.token_ids_size();
+    if (k == 0) continue;
+    const Clock::time_point now = Clock::now();
+    int first = 0;
+    if (r.tokens == 0) {
+      r.ttft_s = seconds_between(start, now);
+      for (int i = 1; i < k; ++i) r.itl_s.push_back(0.0);
+      first = k;
+    }
+    for (int i = first; i < k; ++i) r.itl_s.push_back(seconds_between(previous, now) / k);
+    r.tokens += k;
+    previous = now;
+    if (cancel_after_tokens > 0 && r.tokens >= cancel_after_tokens) ctx.TryCancel();
+  }
+  r.status = from_grpc(reader->Finish(), what);
+  r.end = Clock::now();
+  return r;
+}
+
+std::vector<std::string> unmatched_stop_strings(int count, int bytes) {
+  std::vector<std::string> out;
+  uint64_t state = 0x9e3779b97f4a7c15ull;
+  for (int i = 0; i < count; ++i) {
+    std::string s;
+    for (int b = 0; b < bytes; ++b) {
+      state = state * 6364136223846793005ull + 1442695040888963407ull;
+      s.push_back(static_cast<char>(1 + (state >> 61)));
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
 
 double percentile(std::vector<double> values, double p) {
   if (values.empty()) return 0.0;
@@ -281,7 +310,8 @@ absl::StatusOr<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o) {
   ServeBenchReport report;
   std::unique_ptr<LaunchedServer> launched;
   if (!o.launch_args.empty()) {
-    absl::StatusOr<std::unique_ptr<LaunchedServer>> s = LaunchedServer::start(o);
+    absl::StatusOr<std::unique_ptr<LaunchedServer>> s =
+        LaunchedServer::start(o.launch_bin, o.launch_args, o.ready_timeout_s);
     if (!s.ok()) return s.status();
     launched = std::move(*s);
     report.address = launched->address();
@@ -296,10 +326,10 @@ absl::StatusOr<ServeBenchReport> run_serve_bench(const ServeBenchOptions& o) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
     v1::ModelInfoResponse info;
-    const grpc::Status st = stub->ModelInfo(&ctx, v1::ModelInfoRequest(), &info);
-    if (!st.ok()) {
-      return absl::Status(static_cast<absl::StatusCode>(st.error_code()),
-                          absl::StrCat("ModelInfo at ", report.address, ": ", st.error_message()));
+    if (absl::Status st = from_grpc(stub->ModelInfo(&ctx, v1::ModelInfoRequest(), &info),
+                                    absl::StrCat("ModelInfo at ", report.address));
+        !st.ok()) {
+      return st;
     }
     // One short request first, so the rounds do not time the first call's set-up.
     StreamResult warm = stream_one(*stub, o, info.vocab_size(), -1, std::min(o.max_new_tokens, 2));
@@ -327,7 +357,8 @@ nlohmann::json serve_bench_json(const ServeBenchOptions& o, const ServeBenchRepo
                       {"wall_s", round.wall_s},
                       {"tokens_per_s", round.tokens_per_s()},
                       {"ttft_s", latency_json(round.ttft_s)},
-                      {"itl_s", latency_json(round.itl_s)}});
+                      {"itl_s", latency_json(round.itl_s)},
+                      {"stop_string_client", {{"requests", round.extra_requests}, {"tokens", round.extra_tokens}}}});
   }
   return {{"mode", "serve"},
           {"environment", capture_environment("client", 0, o.argv)},
@@ -336,6 +367,11 @@ nlohmann::json serve_bench_json(const ServeBenchOptions& o, const ServeBenchRepo
           {"launch_args", o.launch_args},
           {"prompt_tokens", o.prompt_tokens},
           {"max_new_tokens", o.max_new_tokens},
+          {"stop_string_client",
+           {{"enabled", o.stop_strings > 0},
+            {"stop_strings", o.stop_strings},
+            {"stop_string_bytes", o.stop_strings > 0 ? o.stop_string_bytes : 0},
+            {"total_bytes", static_cast<int64_t>(o.stop_strings) * (o.stop_strings > 0 ? o.stop_string_bytes : 0)}}},
           {"rounds", rounds}};
 }
 
@@ -343,6 +379,15 @@ std::string serve_bench_markdown(const ServeBenchOptions& o, const ServeBenchRep
   std::string md = absl::StrFormat(
       "### exl3-bench serve: %s%s\n\n%d prompt tokens, %d new tokens per request (greedy, ignore_eos).\n\n", r.address,
       r.launched ? absl::StrCat(" (exl3-launch ", o.launch_args, ")") : "", o.prompt_tokens, o.max_new_tokens);
+  if (o.stop_strings > 0) {
+    int64_t extra_requests = 0;
+    for (const ServeRound& round : r.rounds) extra_requests += round.extra_requests;
+    absl::StrAppendFormat(&md,
+                          "Beside the measured clients, one unmeasured client streamed %lld requests (same prompt, "
+                          "greedy, ignore_eos) with %d stop strings of %d bytes each (%lld bytes, never matched).\n\n",
+                          static_cast<long long>(extra_requests), o.stop_strings, o.stop_string_bytes,
+                          static_cast<long long>(o.stop_strings) * o.stop_string_bytes);
+  }
   md += "| clients | tokens | tokens/s | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms |\n";
   md += "|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const ServeRound& round : r.rounds) {
@@ -394,6 +439,14 @@ void add_serve_subcommand(CLI::App& app, ServeBenchOptions& o) {
       ->capture_default_str();
   cmd->add_option("--ready-timeout", o.ready_timeout_s, "Wait for exl3-launch to serve, seconds")
       ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--stop-strings", o.stop_strings,
+                  "Run one extra, unmeasured client beside the measured ones whose requests carry this many stop "
+                  "strings that never match (0: no extra client)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--stop-string-bytes", o.stop_string_bytes, "Bytes of each of the extra client's stop strings")
+      ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--json", o.json_path, "Write the results as JSON here");
   cmd->add_option("--markdown", o.markdown_path, "Write the markdown table here");
