@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "coordinator/planner/byte_units.h"
+#include "coordinator/server/malloc_arenas.h"
 #include "coordinator/server/public_api_flags.h"
 #include "launch/gpu_probe.h"
 #include "launch/launcher.h"
@@ -25,6 +26,7 @@ std::string self_dir() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  exl3::limit_malloc_arenas();
   exl3::LaunchOptions o;
   exl3::CoordinatorOptions& c = o.coordinator;
   std::string gpus, split, mode = "tp";

@@ -7,6 +7,7 @@
 #include "CLI/CLI.hpp"
 #include "coordinator/planner/byte_units.h"
 #include "coordinator/server/coordinator.h"
+#include "coordinator/server/malloc_arenas.h"
 #include "coordinator/server/public_api_flags.h"
 #include "worker/comm/cluster_secret.h"
 
@@ -18,6 +19,7 @@ void on_signal(int) { g_stop_signal = true; }
 }  // namespace
 
 int main(int argc, char** argv) {
+  exl3::limit_malloc_arenas();
   exl3::CoordinatorOptions o;
   std::string mode = "tp", split, backend = "cpu";
   CLI::App app{"exl3-coordinator: serves the gRPC generate API and drives workers that dial in"};
