@@ -20,26 +20,13 @@
 
 #include "gtest/gtest.h"
 #include "integration/inference_calls.h"
+#include "integration/free_port.h"
 #include "integration/launched_server.h"
 #include "integration/run_command.h"
 #include "worker/comm/cluster_secret.h"
 
 namespace exl3::testing {
 namespace {
-
-// A port no socket holds right now (bound, read back and closed).
-int free_port() {
-  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (s.get() < 0 || ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    return 0;
-  }
-  return ntohs(a.sin_port);
-}
 
 std::string read_all(const std::string& path) {
   std::ifstream in(path);

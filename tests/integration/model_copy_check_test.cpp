@@ -12,6 +12,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "integration/free_port.h"
 #include "integration/launched_server.h"
 #include "integration/run_command.h"
 
@@ -19,20 +20,6 @@ namespace exl3::testing {
 namespace {
 
 namespace fs = std::filesystem;
-
-// A port no socket holds right now (bound, read back and closed).
-int free_port() {
-  UniqueFd s(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (s.get() < 0 || ::bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(s.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    return 0;
-  }
-  return ntohs(a.sin_port);
-}
 
 // A copy of the fixture model whose config.json has one more trailing space.
 std::string edited_model_copy() {
