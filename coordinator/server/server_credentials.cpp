@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "worker/comm/secret_text.h"
 
 namespace exl3 {
 namespace {
@@ -28,28 +29,10 @@ const grpc::string_ref* find_metadata(const grpc::ServerContext& context, const 
   return it == md.end() ? nullptr : &it->second;
 }
 
-// Equal strings, in time that depends only on their lengths.
-bool same_secret(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 }  // namespace
 
 absl::StatusOr<std::string> read_token_file(const std::string& path, const std::string& flag) {
-  absl::StatusOr<std::string> text = read_file(path, flag);
-  if (!text.ok()) return text.status();
-  const std::string token(absl::StripAsciiWhitespace(*text));
-  if (token.empty()) return absl::InvalidArgumentError(absl::StrCat(flag, " ", path, ": the file holds no token"));
-  for (char c : token) {
-    if (c <= ' ' || c > '~') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, " ", path, ": the token must be printable ASCII without spaces (it is sent as gRPC metadata)"));
-    }
-  }
-  return token;
+  return read_secret_file(path, flag, "token");
 }
 
 absl::StatusOr<PublicApiSecurity> load_public_api_security(const std::string& auth_token_file,

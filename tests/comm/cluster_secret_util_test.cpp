@@ -1,6 +1,7 @@
 // The cluster secret helpers: constant-time comparison, reading --cluster-secret-file, making a
 // fresh secret, the private 0600 file the launcher hands its workers, loopback detection.
 #include "worker/comm/cluster_secret.h"
+#include "worker/comm/secret_text.h"
 
 #include <sys/stat.h>
 #include <unistd.h>
@@ -23,18 +24,18 @@ std::string work_file(const std::string& name, const std::string& text) {
 }
 
 TEST(ClusterSecretUtil, SameSecretComparesEveryByte) {
-  EXPECT_TRUE(same_cluster_secret("", ""));
-  EXPECT_TRUE(same_cluster_secret("abc123", "abc123"));
-  EXPECT_FALSE(same_cluster_secret("abc123", "abc124"));  // last byte
-  EXPECT_FALSE(same_cluster_secret("abc123", "bbc123"));  // first byte
-  EXPECT_FALSE(same_cluster_secret("abc123", "abc12"));   // prefix
-  EXPECT_FALSE(same_cluster_secret("abc12", "abc123"));
-  EXPECT_FALSE(same_cluster_secret("", "a"));
+  EXPECT_TRUE(same_secret("", ""));
+  EXPECT_TRUE(same_secret("abc123", "abc123"));
+  EXPECT_FALSE(same_secret("abc123", "abc124"));  // last byte
+  EXPECT_FALSE(same_secret("abc123", "bbc123"));  // first byte
+  EXPECT_FALSE(same_secret("abc123", "abc12"));   // prefix
+  EXPECT_FALSE(same_secret("abc12", "abc123"));
+  EXPECT_FALSE(same_secret("", "a"));
   const std::string a(4097, 'x');
   std::string b = a;
   b[2048] = 'y';
-  EXPECT_FALSE(same_cluster_secret(a, b));
-  EXPECT_TRUE(same_cluster_secret(a, std::string(4097, 'x')));
+  EXPECT_FALSE(same_secret(a, b));
+  EXPECT_TRUE(same_secret(a, std::string(4097, 'x')));
 }
 
 TEST(ClusterSecretUtil, ReadsTheFileWithoutSurroundingWhitespace) {

@@ -10,19 +10,13 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "worker/comm/secret_text.h"
 
 namespace exl3 {
 namespace {
-
-absl::Status flag_error(const std::string& path, const std::string& why) {
-  return absl::InvalidArgumentError(absl::StrCat(kClusterSecretFlag, " ", path, ": ", why));
-}
 
 // Adds the secret to the initial metadata of every call on the channel.
 class SecretInterceptor final : public grpc::experimental::Interceptor {
@@ -57,19 +51,7 @@ absl::Status errno_error(const std::string& what) {
 }  // namespace
 
 absl::StatusOr<std::string> read_cluster_secret_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return flag_error(path, "cannot read the file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return flag_error(path, "cannot read the file");
-  const std::string secret(absl::StripAsciiWhitespace(text.str()));
-  if (secret.empty()) return flag_error(path, "the file holds no secret");
-  for (char c : secret) {
-    if (c <= ' ' || c > '~') {
-      return flag_error(path, "the secret must be printable ASCII without spaces (it is sent as gRPC metadata)");
-    }
-  }
-  return secret;
+  return read_secret_file(path, kClusterSecretFlag, "secret");
 }
 
 absl::StatusOr<std::string> make_cluster_secret(int bytes) {
@@ -99,13 +81,6 @@ absl::StatusOr<std::string> make_cluster_secret(int bytes) {
   return secret;
 }
 
-bool same_cluster_secret(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  volatile unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff = diff | static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
-
 grpc::Status check_cluster_secret(const grpc::ServerContext& context, const std::string& secret) {
   if (secret.empty()) return grpc::Status::OK;
   const auto& md = context.client_metadata();
@@ -115,7 +90,7 @@ grpc::Status check_cluster_secret(const grpc::ServerContext& context, const std:
                         absl::StrCat("control plane: cluster secret missing (", kClusterSecretFlag, ") from ",
                                      context.peer()));
   }
-  if (!same_cluster_secret(std::string_view(it->second.data(), it->second.size()), secret)) {
+  if (!same_secret(std::string_view(it->second.data(), it->second.size()), secret)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                         absl::StrCat("control plane: cluster secret wrong (", kClusterSecretFlag, ") from ",
                                      context.peer()));

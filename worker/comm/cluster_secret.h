@@ -19,15 +19,12 @@ namespace exl3 {
 inline constexpr char kClusterSecretMetadata[] = "x-exl3-cluster-secret";
 inline constexpr char kClusterSecretFlag[] = "--cluster-secret-file";
 
-// The secret in `path` (surrounding whitespace removed): printable ASCII without spaces, at least
-// one character. INVALID_ARGUMENT naming --cluster-secret-file and the path otherwise.
+// The secret in `path` (read_secret_file in secret_text.h, naming --cluster-secret-file); compare
+// secrets with same_secret.
 absl::StatusOr<std::string> read_cluster_secret_file(const std::string& path);
 
 // A fresh secret: `bytes` random bytes from /dev/urandom, in lowercase hex.
 absl::StatusOr<std::string> make_cluster_secret(int bytes = 32);
-
-// Equal strings, in time that depends only on the lengths (never on where they differ).
-bool same_cluster_secret(std::string_view a, std::string_view b);
 
 // OK when `secret` is empty or the call carries it; UNAUTHENTICATED otherwise, "... cluster secret
 // missing / wrong (--cluster-secret-file) from <peer>".
