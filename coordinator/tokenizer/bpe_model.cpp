@@ -5,8 +5,10 @@
 #include <queue>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "coordinator/tokenizer/byte_level.h"
 #include "coordinator/tokenizer/json_file.h"
+#include "coordinator/tokenizer/utf8.h"
 #include "kernels/check.h"
 
 namespace exl3 {
@@ -19,8 +21,6 @@ absl::Status check_unsupported_options(const json& spec, const std::string& file
   if (dropout != spec.end() && !dropout->is_null() && !(dropout->is_number() && dropout->get<double>() == 0.0)) {
     return json_error(file, absl::StrCat("model.dropout ", dropout->dump(), " is not supported (only null)"));
   }
-  EXL3_ASSIGN_OR_RETURN(const std::optional<bool> byte_fallback, optional_bool(spec, "byte_fallback", file));
-  if (byte_fallback.value_or(false)) return json_error(file, "model.byte_fallback true is not supported");
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     EXL3_ASSIGN_OR_RETURN(const std::optional<std::string> affix, optional_string(spec, key, file));
     if (affix && !affix->empty()) {
@@ -51,7 +51,7 @@ absl::StatusOr<std::pair<std::string, std::string>> merge_sides(const json& merg
 
 }  // namespace
 
-absl::StatusOr<BpeModel> BpeModel::from_json(const json& spec, const std::string& file) {
+absl::StatusOr<BpeModel> BpeModel::from_json(const json& spec, bool byte_level, const std::string& file) {
   if (!spec.is_object()) return json_error(file, "\"model\" is missing or not an object");
   EXL3_ASSIGN_OR_RETURN(const std::optional<std::string> type, optional_string(spec, "type", file));
   if (type && *type != "BPE") {
@@ -88,6 +88,8 @@ absl::StatusOr<BpeModel> BpeModel::from_json(const json& spec, const std::string
   }
   EXL3_ASSIGN_OR_RETURN(const std::optional<bool> fuse_unk, optional_bool(spec, "fuse_unk", file));
   EXL3_ASSIGN_OR_RETURN(const std::optional<bool> ignore_merges, optional_bool(spec, "ignore_merges", file));
+  EXL3_ASSIGN_OR_RETURN(const std::optional<bool> byte_fallback, optional_bool(spec, "byte_fallback", file));
+  model.byte_fallback_ = byte_fallback.value_or(false);
   model.fuse_unk_ = fuse_unk.value_or(false);
   model.ignore_merges_ = ignore_merges.value_or(false);
 
@@ -111,8 +113,13 @@ absl::StatusOr<BpeModel> BpeModel::from_json(const json& spec, const std::string
     model.merges_.insert_or_assign(pair_key(left, right), Merge{static_cast<int32_t>(i), merged});
   }
 
+  model.byte_level_ = byte_level;
   for (int b = 0; b < 256; ++b) {
-    model.byte_ids_[b] = model.find(byte_level::char_of(static_cast<uint8_t>(b))).value_or(-1);
+    const char raw = static_cast<char>(b);
+    const std::string_view unit = byte_level ? byte_level::char_of(static_cast<uint8_t>(b))
+                                             : b < 0x80 ? std::string_view(&raw, 1) : std::string_view();
+    model.unit_ids_[b] = unit.empty() ? -1 : model.find(unit).value_or(-1);
+    model.fallback_ids_[b] = model.find(absl::StrFormat("<0x%02X>", b)).value_or(-1);
   }
   return model;
 }
@@ -123,10 +130,48 @@ std::optional<int32_t> BpeModel::find(std::string_view token) const {
   return it->second;
 }
 
+void BpeModel::initial_symbols(std::string_view piece, std::vector<int32_t>& ids) const {
+  int32_t pending_unk = -1;  // Hugging Face emits an unk only when the next known unit comes, or at the end
+  std::string unit_storage;
+  for (size_t pos = 0; pos < piece.size();) {
+    // One unit: a byte (byte-level) or a character (invalid bytes: the maximal invalid subpart).
+    size_t length = 1;
+    if (!byte_level_) length = utf8::step(piece, pos).length;
+    const auto first = static_cast<uint8_t>(piece[pos]);
+    std::string_view unit = piece.substr(pos, length);
+    pos += length;
+    int32_t id = length == 1 ? unit_ids_[first] : -1;
+    if (id < 0 && length > 1) id = find(unit).value_or(-1);
+    if (id >= 0) {
+      if (pending_unk >= 0) ids.push_back(pending_unk);
+      pending_unk = -1;
+      ids.push_back(id);
+      continue;
+    }
+    if (byte_level_) {
+      unit_storage.assign(byte_level::char_of(first));
+      unit = unit_storage;
+    }
+    if (byte_fallback_) {
+      bool all = true;
+      for (char ch : unit) all = all && fallback_ids_[static_cast<uint8_t>(ch)] >= 0;
+      if (all) {
+        for (char ch : unit) ids.push_back(fallback_ids_[static_cast<uint8_t>(ch)]);
+        continue;
+      }
+    }
+    if (!unk_id_) continue;
+    if (pending_unk >= 0 && !fuse_unk_) ids.push_back(pending_unk);
+    pending_unk = *unk_id_;
+  }
+  if (pending_unk >= 0) ids.push_back(pending_unk);
+}
+
 void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
   if (piece.empty()) return;
   if (ignore_merges_) {
-    if (const std::optional<int32_t> whole = find(byte_level::encode(piece))) {
+    const std::optional<int32_t> whole = byte_level_ ? find(byte_level::encode(piece)) : find(piece);
+    if (whole) {
       out.push_back(*whole);
       return;
     }
@@ -138,17 +183,12 @@ void BpeModel::encode(std::string_view piece, std::vector<int32_t>& out) const {
     int32_t prev;
     int32_t next;
   };
+  std::vector<int32_t> initial;
+  initial.reserve(piece.size());
+  initial_symbols(piece, initial);
   std::vector<Symbol> symbols;
-  symbols.reserve(piece.size());
-  bool last_was_unk = false;
-  for (char ch : piece) {
-    int32_t id = byte_ids_[static_cast<uint8_t>(ch)];
-    const bool unknown = id < 0;
-    if (unknown) {
-      if (!unk_id_ || (fuse_unk_ && last_was_unk)) continue;
-      id = *unk_id_;
-    }
-    last_was_unk = unknown;
+  symbols.reserve(initial.size());
+  for (int32_t id : initial) {
     const auto index = static_cast<int32_t>(symbols.size());
     symbols.push_back({id, index - 1, index + 1});
   }

@@ -1,4 +1,5 @@
-// NFC normalization through utf8proc, and parsing of the normalizer spec (see normalizer.h).
+// The normalizer steps (NFC through utf8proc, Prepend, Replace) and parsing of the spec (see
+// normalizer.h).
 #include "coordinator/tokenizer/normalizer.h"
 
 #include <utf8proc.h>
@@ -40,39 +41,7 @@ void append_nfc(std::string_view valid, std::string& out) {
   out.append(reinterpret_cast<const char*>(result), static_cast<size_t>(n));
 }
 
-absl::Status check_nfc(const json& spec, const std::string& file) {
-  const std::string type = spec.is_object() && spec.value("type", json()).is_string()
-                               ? spec.at("type").get<std::string>()
-                               : spec.dump();
-  if (type != "NFC") {
-    return json_error(file, absl::StrCat("normalizer type \"", type, "\" is not supported (supported: NFC)"));
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace
-
-absl::StatusOr<Normalizer> Normalizer::from_json(const json& spec, const std::string& file) {
-  Normalizer result;
-  if (spec.is_null()) return result;
-  if (spec.is_object() && spec.value("type", json()) == "Sequence") {
-    const auto list = spec.find("normalizers");
-    if (list == spec.end() || !list->is_array()) {
-      return json_error(file, "normalizer Sequence needs a \"normalizers\" list");
-    }
-    for (const json& step : *list) {
-      EXL3_RETURN_IF_ERROR(check_nfc(step, file));
-      result.nfc_ = true;
-    }
-    return result;
-  }
-  EXL3_RETURN_IF_ERROR(check_nfc(spec, file));
-  result.nfc_ = true;
-  return result;
-}
-
-std::string Normalizer::apply(std::string_view text) const {
-  if (!nfc_) return std::string(text);
+std::string nfc(std::string_view text) {
   std::string out;
   out.reserve(text.size());
   size_t run_begin = 0;
@@ -86,6 +55,85 @@ std::string Normalizer::apply(std::string_view text) const {
     pos += st.length;
   }
   append_nfc(text.substr(run_begin), out);
+  return out;
+}
+
+std::string replace_all(std::string_view text, std::string_view pattern, std::string_view content) {
+  std::string out;
+  out.reserve(text.size());
+  size_t begin = 0;
+  for (size_t pos = text.find(pattern); pos != std::string_view::npos; pos = text.find(pattern, begin)) {
+    out.append(text.substr(begin, pos - begin)).append(content);
+    begin = pos + pattern.size();
+  }
+  out.append(text.substr(begin));
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Normalizer::Step> Normalizer::parse_step(const json& spec, const std::string& file) {
+  const std::string type = spec.is_object() && spec.value("type", json()).is_string()
+                               ? spec.at("type").get<std::string>()
+                               : spec.dump();
+  if (type == "NFC") return Step{Step::Kind::kNfc, "", ""};
+  if (type == "Prepend") {
+    EXL3_ASSIGN_OR_RETURN(const std::optional<std::string> prepend, optional_string(spec, "prepend", file));
+    if (!prepend) return json_error(file, "normalizer Prepend needs a string \"prepend\"");
+    return Step{Step::Kind::kPrepend, "", *prepend};
+  }
+  if (type == "Replace") {
+    const auto pattern = spec.find("pattern");
+    if (pattern == spec.end() || !pattern->is_object() || !pattern->contains("String") ||
+        !(*pattern)["String"].is_string()) {
+      return json_error(file, absl::StrCat("normalizer Replace pattern ",
+                                           pattern == spec.end() ? "(none)" : pattern->dump(),
+                                           " is not supported (only {\"String\": ...})"));
+    }
+    const std::string text = (*pattern)["String"].get<std::string>();
+    if (text.empty()) return json_error(file, "normalizer Replace with an empty pattern is not supported");
+    EXL3_ASSIGN_OR_RETURN(const std::optional<std::string> content, optional_string(spec, "content", file));
+    if (!content) return json_error(file, "normalizer Replace needs a string \"content\"");
+    return Step{Step::Kind::kReplace, text, *content};
+  }
+  return json_error(file, absl::StrCat("normalizer type \"", type,
+                                       "\" is not supported (supported: NFC, Prepend, Replace, Sequence)"));
+}
+
+absl::StatusOr<Normalizer> Normalizer::from_json(const json& spec, const std::string& file) {
+  Normalizer result;
+  if (spec.is_null()) return result;
+  if (spec.is_object() && spec.value("type", json()) == "Sequence") {
+    const auto list = spec.find("normalizers");
+    if (list == spec.end() || !list->is_array()) {
+      return json_error(file, "normalizer Sequence needs a \"normalizers\" list");
+    }
+    for (const json& step : *list) {
+      EXL3_ASSIGN_OR_RETURN(Step parsed, parse_step(step, file));
+      result.steps_.push_back(std::move(parsed));
+    }
+    return result;
+  }
+  EXL3_ASSIGN_OR_RETURN(Step parsed, parse_step(spec, file));
+  result.steps_.push_back(std::move(parsed));
+  return result;
+}
+
+std::string Normalizer::apply(std::string_view text) const {
+  std::string out(text);
+  for (const Step& step : steps_) {
+    switch (step.kind) {
+      case Step::Kind::kNfc:
+        out = nfc(out);
+        break;
+      case Step::Kind::kPrepend:
+        if (!out.empty()) out.insert(0, step.content);
+        break;
+      case Step::Kind::kReplace:
+        out = replace_all(out, step.pattern, step.content);
+        break;
+    }
+  }
   return out;
 }
 

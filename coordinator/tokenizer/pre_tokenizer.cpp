@@ -1,4 +1,5 @@
-// Loading and running the Split / ByteLevel pre-tokenizer chain (see pre_tokenizer.h).
+// Loading and running the pre-tokenizer: Split / ByteLevel chains, Metaspace or none (see
+// pre_tokenizer.h).
 #include "coordinator/tokenizer/pre_tokenizer.h"
 
 #include "absl/strings/str_cat.h"
@@ -49,9 +50,8 @@ absl::StatusOr<RegexSplitter> parse_split(const json& spec, const std::string& f
 }  // namespace
 
 absl::StatusOr<PreTokenizer> PreTokenizer::from_json(const json& spec, const std::string& file) {
-  if (spec.is_null()) {
-    return json_error(file, "pre_tokenizer is null; a byte-level BPE tokenizer needs a ByteLevel pre-tokenizer");
-  }
+  PreTokenizer result;
+  if (spec.is_null()) return result;
   if (!spec.is_object()) return json_error(file, "pre_tokenizer must be an object");
   std::vector<const json*> steps;
   if (type_of(spec) == "Sequence") {
@@ -64,10 +64,16 @@ absl::StatusOr<PreTokenizer> PreTokenizer::from_json(const json& spec, const std
     steps.push_back(&spec);
   }
 
-  PreTokenizer result;
+  if (steps.size() == 1 && steps[0]->is_object() && type_of(*steps[0]) == "Metaspace") {
+    EXL3_ASSIGN_OR_RETURN(result.metaspace_, Metaspace::from_json(*steps[0], "pre-tokenizer", file));
+    return result;
+  }
   bool have_byte_level = false;
   for (const json* step : steps) {
     const std::string type = step->is_object() ? type_of(*step) : "";
+    if (type == "Metaspace") {
+      return json_error(file, "pre-tokenizer Metaspace is supported only alone (not in a Sequence with other steps)");
+    }
     if (have_byte_level) {
       return json_error(file, absl::StrCat("pre-tokenizer \"", type,
                                            "\" after ByteLevel is not supported (ByteLevel must come last)"));
@@ -86,17 +92,24 @@ absl::StatusOr<PreTokenizer> PreTokenizer::from_json(const json& spec, const std
       }
     } else {
       return json_error(file, absl::StrCat("pre-tokenizer type \"", type,
-                                           "\" is not supported (supported: ByteLevel, Split, Sequence)"));
+                                           "\" is not supported (supported: ByteLevel, Split, Metaspace, Sequence)"));
     }
   }
   if (!have_byte_level) {
-    return json_error(file, "pre_tokenizer has no ByteLevel step; only byte-level BPE tokenizers are supported");
+    if (result.splits_.empty()) return result;  // an empty Sequence: no pre-tokenization
+    return json_error(file, "pre_tokenizer has Split steps but no ByteLevel step; Split is supported only before ByteLevel");
   }
+  result.byte_level_ = true;
   return result;
 }
 
-void PreTokenizer::split(std::string_view text, RegexScratch& scratch, std::vector<std::string>& out) const {
+void PreTokenizer::split(std::string_view text, bool first, RegexScratch& scratch,
+                         std::vector<std::string>& out) const {
   if (text.empty()) return;
+  if (metaspace_) {
+    metaspace_->pre_tokenize(text, first, out);
+    return;
+  }
   std::vector<std::string_view> pieces{text};
   std::vector<std::string_view> next;
   for (const RegexSplitter& splitter : splits_) {
@@ -108,7 +121,7 @@ void PreTokenizer::split(std::string_view text, RegexScratch& scratch, std::vect
   std::vector<std::string_view> words;
   for (std::string_view piece : pieces) {
     if (add_prefix_space_ && piece.front() != ' ') {
-      prefixed.assign(" ").append(piece);
+      prefixed.assign(1, ' ').append(piece);
       piece = prefixed;
     }
     if (!byte_level_regex_) {

@@ -24,15 +24,6 @@ const json& field(const json& object, const std::string& key) {
   return it == object.end() ? kNull : *it;
 }
 
-absl::Status check_decoder(const json& decoder, const std::string& file) {
-  if (decoder.is_null()) return json_error(file, "decoder is null; only the ByteLevel decoder is supported");
-  const json& type = field(decoder, "type");
-  if (!type.is_string() || type.get<std::string>() != "ByteLevel") {
-    return json_error(file, absl::StrCat("decoder type ", type.dump(), " is not supported (only ByteLevel)"));
-  }
-  return absl::OkStatus();
-}
-
 // The id a TemplateProcessing post-processor puts first for a single sequence, if it starts with
 // a special token of exactly one id. Other post-processors add nothing at the start.
 std::optional<int32_t> template_first_id(const json& post_processor) {
@@ -58,9 +49,11 @@ std::optional<int32_t> template_first_id(const json& post_processor) {
   return static_cast<int32_t>(id);
 }
 
-// What decode emits for a token: the bytes its byte-level characters stand for, or, for a token
-// with a character outside that alphabet (possible for added tokens), its text as it is.
-std::string token_bytes_of(const std::string& text) {
+// What a token stands for (see token_bytes): with ByteLevel, the bytes its characters stand for,
+// or, for a token with a character outside that alphabet (possible for added tokens), its text
+// as it is; with a decoder chain, the chain's view of one token in the middle of a text.
+std::string token_bytes_of(const Decoder& decoder, const std::string& text) {
+  if (!decoder.byte_level()) return decoder.token_text_in_context(text);
   std::optional<std::string> bytes = byte_level::decode(text);
   return bytes ? std::move(*bytes) : text;
 }
@@ -72,10 +65,10 @@ absl::StatusOr<Tokenizer> Tokenizer::from_file(const std::string& path) {
   if (!root.is_object()) return json_error(path, "the top level must be an object");
   Tokenizer t;
   try {
-    EXL3_ASSIGN_OR_RETURN(t.model_, BpeModel::from_json(field(root, "model"), path));
-    EXL3_ASSIGN_OR_RETURN(t.normalizer_, Normalizer::from_json(field(root, "normalizer"), path));
     EXL3_ASSIGN_OR_RETURN(t.pre_tokenizer_, PreTokenizer::from_json(field(root, "pre_tokenizer"), path));
-    EXL3_RETURN_IF_ERROR(check_decoder(field(root, "decoder"), path));
+    EXL3_ASSIGN_OR_RETURN(t.model_, BpeModel::from_json(field(root, "model"), t.pre_tokenizer_.byte_level(), path));
+    EXL3_ASSIGN_OR_RETURN(t.normalizer_, Normalizer::from_json(field(root, "normalizer"), path));
+    EXL3_ASSIGN_OR_RETURN(t.decoder_, Decoder::from_json(field(root, "decoder"), path));
     EXL3_ASSIGN_OR_RETURN(std::vector<AddedToken> added, parse_added_tokens(field(root, "added_tokens"), path));
 
     int32_t max_id = -1;
@@ -88,7 +81,7 @@ absl::StatusOr<Tokenizer> Tokenizer::from_file(const std::string& path) {
     for (const auto& [text, id] : t.model_.vocab()) {
       TokenInfo& info = t.tokens_[id];
       info.text = text;
-      info.bytes = token_bytes_of(text);
+      info.bytes = token_bytes_of(t.decoder_, text);
       info.present = true;
     }
 
@@ -97,7 +90,7 @@ absl::StatusOr<Tokenizer> Tokenizer::from_file(const std::string& path) {
     for (AddedToken& token : added) {
       TokenInfo& info = t.tokens_[token.id];
       info.text = token.content;
-      info.bytes = token_bytes_of(token.content);
+      info.bytes = token_bytes_of(t.decoder_, token.content);
       info.present = true;
       info.special = token.special;
       t.added_by_content_.emplace(token.content, token.id);
@@ -118,10 +111,10 @@ absl::StatusOr<Tokenizer> Tokenizer::from_file(const std::string& path) {
   return t;
 }
 
-void Tokenizer::encode_plain(std::string_view text, RegexScratch& scratch,
+void Tokenizer::encode_plain(std::string_view text, bool first, RegexScratch& scratch,
                              StringMap<std::vector<int32_t>>& cache, std::vector<int32_t>& out) const {
   std::vector<std::string> words;
-  pre_tokenizer_.split(text, scratch, words);
+  pre_tokenizer_.split(text, first, scratch, words);
   for (std::string& word : words) {
     const auto hit = cache.find(word);
     if (hit != cache.end()) {
@@ -150,8 +143,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
       continue;
     }
     const std::string_view piece = text.substr(segment.begin, segment.end - segment.begin);
+    const bool first = segment.begin == 0;
     if (normalizer_.is_identity()) {
-      encode_plain(piece, scratch, cache, ids);
+      encode_plain(piece, first, scratch, cache, ids);
       continue;
     }
     const std::string normalized = normalizer_.apply(piece);
@@ -161,7 +155,9 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
       if (part.id >= 0) {
         ids.push_back(part.id);
       } else {
-        encode_plain(std::string_view(normalized).substr(part.begin, part.end - part.begin), scratch, cache, ids);
+        // Text after an added token found in normalized text does not start the input.
+        encode_plain(std::string_view(normalized).substr(part.begin, part.end - part.begin), first && part.begin == 0,
+                     scratch, cache, ids);
       }
     }
   }
@@ -169,6 +165,16 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool parse_special
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special) const {
+  if (!decoder_.byte_level()) {
+    std::string text;
+    DecodeStream stream(decoder_);
+    for (int32_t id : ids) {
+      if (!has_token(id) || (skip_special && tokens_[id].special)) continue;
+      stream.push(tokens_[id].text, text);
+    }
+    stream.finish(text);
+    return text;
+  }
   std::string bytes;
   for (int32_t id : ids) {
     if (!has_token(id) || (skip_special && tokens_[id].special)) continue;

@@ -1,9 +1,11 @@
-// Tokenizer: a Hugging Face tokenizer.json (byte-level BPE, as in GPT-2, Llama 3 and Qwen) loaded
-// into an immutable object that encodes text to ids and decodes ids to text, plus the BOS/EOS
-// facts of a model directory. Encoding follows Hugging Face's order: added tokens are found in
-// the raw text first (special ones only when parse_special), the rest is normalized (NFC or
-// nothing), pre-tokenized (Split regexes, ByteLevel) and merged by the BPE model. Decoding maps
-// tokens back to bytes with no space clean-up. Anything in tokenizer.json that would change the
+// Tokenizer: a Hugging Face tokenizer.json with a BPE model (byte-level, as in GPT-2, Llama 3 and
+// Qwen, or SentencePiece-style with byte fallback, as in Llama 2 and Mistral) loaded into an
+// immutable object that encodes text to ids and decodes ids to text, plus the BOS/EOS facts of a
+// model directory. Encoding follows Hugging Face's order: added tokens are found in the raw text
+// first (special ones only when parse_special), the rest is normalized (NFC, Prepend, Replace),
+// pre-tokenized (Split regexes + ByteLevel, Metaspace, or nothing) and merged by the BPE model.
+// Decoding runs the decoder (ByteLevel, or a chain of Replace / ByteFallback / Metaspace / Fuse /
+// Strip, see decoder.h) with no space clean-up. Anything in tokenizer.json that would change the
 // result and is not implemented is refused by name when loading; truncation and padding settings
 // are ignored (encode never truncates or pads).
 //
@@ -22,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "coordinator/tokenizer/added_tokens.h"
 #include "coordinator/tokenizer/bpe_model.h"
+#include "coordinator/tokenizer/decoder.h"
 #include "coordinator/tokenizer/normalizer.h"
 #include "coordinator/tokenizer/pre_tokenizer.h"
 #include "coordinator/tokenizer/string_map.h"
@@ -50,11 +53,15 @@ class Tokenizer {
   std::vector<int32_t> encode(std::string_view text, bool parse_special = true) const;
 
   // Text of `ids` (no space clean-up). Invalid UTF-8 in the result (e.g. a multi-byte character
-  // cut in half) becomes U+FFFD. skip_special drops special added tokens. Ids that name no
-  // token (see has_token) are skipped, as Hugging Face does.
+  // cut in half) becomes U+FFFD: with the ByteLevel decoder each maximal invalid part, with
+  // ByteFallback each byte of an invalid run, as Hugging Face does. skip_special drops special
+  // added tokens. Ids that name no token (see has_token) are skipped, as Hugging Face does.
   std::string decode(std::span<const int32_t> ids, bool skip_special = false) const;
 
-  // The raw bytes one token stands for (empty for an id without a token).
+  // The raw bytes one token stands for in the middle of a text (empty for an id without a
+  // token): ByteLevel, the bytes it spells; a decoder chain, its text after the per-token steps
+  // (e.g. "▁Hello" -> " Hello"), or the single byte of a "<0xAB>" token. Rules that apply only at
+  // the start of the text (Metaspace's first token, Strip after Fuse) are not applied.
   std::string_view token_bytes(int32_t id) const;
   // The token's string as written in tokenizer.json (byte-level alphabet, e.g. "ĠHello", or an
   // added token's content).
@@ -67,6 +74,9 @@ class Tokenizer {
   bool has_token(int32_t id) const { return id >= 0 && id < vocab_size() && tokens_[id].present; }
   bool is_special(int32_t id) const { return has_token(id) && tokens_[id].special; }
 
+  // The decoder; StreamingDetokenizer runs a chain incrementally.
+  const Decoder& decoder() const { return decoder_; }
+
   std::optional<int32_t> bos_id() const { return bos_id_; }
   const std::set<int32_t>& eos_ids() const { return eos_ids_; }
   bool add_bos() const { return add_bos_; }
@@ -74,19 +84,21 @@ class Tokenizer {
  private:
   struct TokenInfo {
     std::string text;   // as in tokenizer.json
-    std::string bytes;  // what decode emits
+    std::string bytes;  // see token_bytes
     bool present = false;
     bool special = false;
   };
 
   Tokenizer() = default;
-  // Normalizes, pre-tokenizes and BPE-encodes text that holds no added token.
-  void encode_plain(std::string_view text, RegexScratch& scratch, StringMap<std::vector<int32_t>>& cache,
-                    std::vector<int32_t>& out) const;
+  // Normalizes, pre-tokenizes and BPE-encodes text that holds no added token; `first`: the text
+  // starts the input.
+  void encode_plain(std::string_view text, bool first, RegexScratch& scratch,
+                    StringMap<std::vector<int32_t>>& cache, std::vector<int32_t>& out) const;
 
   Normalizer normalizer_;
   PreTokenizer pre_tokenizer_;
   BpeModel model_;
+  Decoder decoder_;
   AddedTokenMatcher raw_added_;         // added tokens matched before normalization
   AddedTokenMatcher normalized_added_;  // added tokens matched in normalized text
   StringMap<int32_t> added_by_content_;
