@@ -1,5 +1,6 @@
-// exl3-eval: perplexity over non-overlapping windows, fp32 logits dumps, and tokenizer checks,
-// all on the CPU backend. Flags are parsed here and passed down as values.
+// exl3-eval: perplexity over non-overlapping windows (optionally through a quantized KV cache, and
+// its KL divergence from the full-precision cache), fp32 logits dumps, and tokenizer checks, all
+// on the CPU backend. Flags are parsed here and passed down as values.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -27,6 +28,10 @@ struct EvalOptions {
   std::string encode_jsonl_path;
   int64_t window = 0;
   bool parse_special = true;
+  std::string cache_bits = "16,16";
+  bool kl_vs_fp16 = false;
+  int64_t chunk = 0;
+  int64_t max_windows = 0;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -74,6 +79,13 @@ absl::StatusOr<TokenSequences> read_input(const EvalOptions& o) {
 }
 
 absl::Status run_perplexity(const EvalOptions& o) {
+  EXL3_ASSIGN_OR_RETURN(const KvCacheBits bits, parse_kv_cache_bits(o.cache_bits, "--cache-bits"));
+  PerplexityOptions po;
+  po.window = o.window;
+  po.cache_bits = bits;
+  po.kl_vs_full = o.kl_vs_fp16;
+  po.chunk = o.chunk;
+  po.max_windows = o.max_windows;
   EXL3_ASSIGN_OR_RETURN(TokenSequences seqs, read_input(o));
   std::vector<int32_t> ids;
   for (const auto& s : seqs) ids.insert(ids.end(), s.begin(), s.end());
@@ -81,7 +93,7 @@ absl::Status run_perplexity(const EvalOptions& o) {
   const auto t0 = Clock::now();
   auto last_print = t0;
   EXL3_ASSIGN_OR_RETURN(PerplexityResult r,
-                        evaluate_perplexity(*model, ids, o.window, [&](int64_t done, int64_t total, double ppl) {
+                        evaluate_perplexity(*model, ids, po, [&](int64_t done, int64_t total, double ppl) {
                           if (done == total || seconds_since(last_print) > 2.0) {
                             last_print = Clock::now();
                             std::fprintf(stderr, "  window %lld/%lld, running perplexity %.3f, %.0f tokens/s\n",
@@ -89,8 +101,15 @@ absl::Status run_perplexity(const EvalOptions& o) {
                                          done * o.window / seconds_since(t0));
                           }
                         }));
-  std::printf("windows: %lld\nscored tokens: %lld\nmean nll: %.6f\nperplexity: %.4f\n",
-              static_cast<long long>(r.windows), static_cast<long long>(r.scored_tokens), r.mean_nll, r.perplexity);
+  std::printf("cache bits: %s\nwindows: %lld\nscored tokens: %lld\nmean nll: %.6f\nperplexity: %.4f\n",
+              kv_cache_bits_name(bits).c_str(), static_cast<long long>(r.windows),
+              static_cast<long long>(r.scored_tokens), r.mean_nll, r.perplexity);
+  if (o.kl_vs_fp16) {
+    std::printf("full-precision cache perplexity: %.4f\nperplexity change: %+.4f%%\nmean KL vs full cache: %.6g\n"
+                "max KL vs full cache: %.6g\ntop-1 agreement: %.6f\n",
+                r.full_perplexity, 100.0 * (r.perplexity / r.full_perplexity - 1.0), r.mean_kl, r.max_kl,
+                r.top1_agreement);
+  }
   return absl::OkStatus();
 }
 
@@ -137,7 +156,12 @@ absl::Status run(const EvalOptions& o) {
   }
   if (o.model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required (or --tokenizer with --encode-jsonl)");
   if (o.ids_path.empty() == o.text_path.empty()) return absl::InvalidArgumentError("give exactly one of --ids or --text");
-  if (!o.dump_logits_path.empty()) return run_dump_logits(o);
+  if (!o.dump_logits_path.empty()) {
+    if (o.cache_bits != "16,16" || o.kl_vs_fp16) {
+      return absl::InvalidArgumentError("--cache-bits and --kl-vs-fp16 apply to perplexity, not to --dump-logits");
+    }
+    return run_dump_logits(o);
+  }
   if (o.window <= 0) return absl::InvalidArgumentError("perplexity needs --window N (e.g. 256)");
   return run_perplexity(o);
 }
@@ -158,6 +182,19 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", o.tokenizer_path, "tokenizer.json to use with --encode-jsonl");
   app.add_option("--encode-jsonl", o.encode_jsonl_path,
                  "For each line {\"text\": ...} of this file print {\"ids\": [...]} (no BOS added)");
+  app.add_option("--cache-bits", o.cache_bits,
+                 "KV cache widths K,V for perplexity (a single N means N,N): each 2..8 = quantized to that many bits "
+                 "per element (per 32-element group: Hadamard rotation + fp16 scale, exl3-format.md section 9), or 16 "
+                 "= full precision (F32 pages on this CPU backend)")
+      ->capture_default_str();
+  app.add_flag("--kl-vs-fp16", o.kl_vs_fp16,
+               "Also run every window through a full-precision cache and report its perplexity and the mean KL "
+               "divergence KL(full || --cache-bits) of the logits over the scored positions");
+  app.add_option("--chunk", o.chunk,
+                 "Tokens per forward inside a perplexity window (0 = the whole window in one forward; either way "
+                 "attention reads every key and value from the cache, quantized or not)")
+      ->capture_default_str();
+  app.add_option("--max-windows", o.max_windows, "Evaluate only the first N windows (0 = all)")->capture_default_str();
   app.add_flag("!--no-parse-special", o.parse_special,
                "Treat special-token text such as <s> as plain text instead of matching it");
   CLI11_PARSE(app, argc, argv);

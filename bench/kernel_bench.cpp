@@ -293,6 +293,8 @@ class OpRunner {
     const DType a = backend_.activation_dtype();
     PagedKv cache;
     cache.page_size = page_size;
+    cache.kv_heads = kv_heads;
+    cache.head_dim = hd;
     absl::StatusOr<Tensor> kp =
         backend_.allocate(backend_.kv_dtype(), {seqs * pages_per_seq, page_size, kv_heads, hd}, "bench k pages");
     if (!kp.ok()) return kp.status();

@@ -57,6 +57,23 @@ int main(int argc, char** argv) {
   generate->add_option("--presence-penalty", gen.presence_penalty, "Presence penalty over output tokens; 0 = off");
   generate->add_option("--frequency-penalty", gen.frequency_penalty, "Frequency penalty over output tokens; 0 = off");
   generate->add_option("--seed", gen.seed, "Seed of the sampler's RNG; same seed and prompt give the same tokens");
+  generate->add_option("--logit-bias", gen.logit_bias, "Add BIAS to token ID's logit, as ID=BIAS; repeatable")
+      ->allow_extra_args(false);
+  generate->add_option("--ban", gen.banned_token_ids, "Never sample token ID; repeatable")->allow_extra_args(false);
+  generate->add_option("--dry-multiplier", gen.dry_multiplier, "DRY repetition penalty strength; 0 = off");
+  generate->add_option("--dry-base", gen.dry_base, "DRY penalty growth per repeated token (server default 1.75)");
+  generate->add_option("--dry-allowed-length", gen.dry_allowed_length,
+                       "Longest repeat DRY leaves unpenalised (server default 2)");
+  generate->add_option("--dry-range", gen.dry_range, "Last tokens DRY looks at; 0 = all");
+  generate->add_option("--dry-breaker", gen.dry_breakers,
+                       "A string that breaks DRY's repeats; repeatable (default: newline, colon, quote, asterisk)")
+      ->allow_extra_args(false);
+  generate->add_flag("--no-dry-breakers", gen.no_dry_breakers, "DRY with no sequence breakers");
+  generate->add_option("--typical-p", gen.typical_p, "Locally typical sampling mass; 1 = off");
+  generate->add_option("--xtc-threshold", gen.xtc_threshold, "XTC: probability a top choice must reach (default 0.1)");
+  generate->add_option("--xtc-probability", gen.xtc_probability, "XTC: chance of cutting the top choices; 0 = off");
+  generate->add_flag("--temperature-last", gen.temperature_last, "Apply temperature after the truncation filters");
+  generate->add_option("--logprobs", gen.logprobs, "Return each token's logprob and the N most likely (0-20)");
   generate->add_option("--stop", gen.stop_strings, "Stop when the text contains STR (not returned); repeatable")
       ->allow_extra_args(false);
   generate->add_option("--stop-token", gen.stop_token_ids, "Stop after sampling token ID (returned); repeatable")

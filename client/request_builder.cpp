@@ -4,6 +4,7 @@
 #include <cctype>
 #include <charconv>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace exl3::client {
@@ -81,6 +82,30 @@ absl::StatusOr<exl3::v1::GenerateRequest> build_generate_request(const GenerateO
   if (options.presence_penalty) s.set_presence_penalty(*options.presence_penalty);
   if (options.frequency_penalty) s.set_frequency_penalty(*options.frequency_penalty);
   if (options.seed) s.set_seed(*options.seed);
+  for (const std::string& item : options.logit_bias) {
+    const size_t eq = item.find('=');
+    int32_t id = 0;
+    float bias = 0.0f;
+    if (eq == std::string::npos || !absl::SimpleAtoi(item.substr(0, eq), &id) ||
+        !absl::SimpleAtof(item.substr(eq + 1), &bias)) {
+      return absl::InvalidArgumentError(absl::StrCat("--logit-bias: expected ID=BIAS, got \"", item, "\""));
+    }
+    (*s.mutable_logit_bias())[id] = bias;
+  }
+  for (int32_t id : options.banned_token_ids) s.add_banned_token_ids(id);
+  if (options.dry_multiplier) s.set_dry_multiplier(*options.dry_multiplier);
+  if (options.dry_base) s.set_dry_base(*options.dry_base);
+  if (options.dry_allowed_length) s.set_dry_allowed_length(*options.dry_allowed_length);
+  if (options.dry_range) s.set_dry_range(*options.dry_range);
+  if (options.no_dry_breakers || !options.dry_breakers.empty()) {
+    for (const std::string& b : options.dry_breakers) s.mutable_dry_sequence_breakers()->add_strings(b);
+    s.mutable_dry_sequence_breakers();
+  }
+  if (options.typical_p) s.set_typical_p(*options.typical_p);
+  if (options.xtc_threshold) s.set_xtc_threshold(*options.xtc_threshold);
+  if (options.xtc_probability) s.set_xtc_probability(*options.xtc_probability);
+  if (options.temperature_last) s.set_temperature_last(true);
+  if (options.logprobs) s.set_logprobs(*options.logprobs);
 
   exl3::v1::StoppingCriteria& stop = *request.mutable_stopping();
   if (options.max_new_tokens) stop.set_max_new_tokens(*options.max_new_tokens);

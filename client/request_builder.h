@@ -28,6 +28,19 @@ struct GenerateOptions {
   std::optional<float> presence_penalty;
   std::optional<float> frequency_penalty;
   std::optional<uint64_t> seed;
+  std::vector<std::string> logit_bias;    // --logit-bias ID=BIAS, repeatable
+  std::vector<int32_t> banned_token_ids;  // --ban ID, repeatable
+  std::optional<float> dry_multiplier;
+  std::optional<float> dry_base;
+  std::optional<int32_t> dry_allowed_length;
+  std::optional<int32_t> dry_range;
+  std::vector<std::string> dry_breakers;  // --dry-breaker STR, repeatable (none given: server defaults)
+  bool no_dry_breakers = false;           // --no-dry-breakers: an empty breaker list
+  std::optional<float> typical_p;
+  std::optional<float> xtc_threshold;
+  std::optional<float> xtc_probability;
+  bool temperature_last = false;
+  std::optional<int32_t> logprobs;
   std::vector<std::string> stop_strings;  // --stop, repeatable
   std::vector<int32_t> stop_token_ids;    // --stop-token, repeatable
   bool ignore_eos = false;

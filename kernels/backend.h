@@ -14,6 +14,7 @@
 //   - a broken contract (shape, dtype, device) is a bug in the caller: EXL3_CHECK aborts.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -77,21 +78,59 @@ struct SampleRow {
   std::span<const int32_t> prompt_ids;   // ids in [0, vocab)
   std::span<const int32_t> output_ids;   // ids in [0, vocab)
 };
+// Floats per row of SampleBatch::logprobs: the sampled token's logprob, then kMaxLogprobs
+// (id, logprob) pairs.
+inline constexpr int64_t kLogprobWidth = 1 + 2 * static_cast<int64_t>(kMaxLogprobs);
+
+// One row of SampleBatch::logprobs (kLogprobWidth floats) written from / read into TokenLogprobs;
+// reading takes the first `n` alternatives.
+inline void write_logprob_row(const TokenLogprobs& lp, float* row) {
+  row[0] = lp.logprob;
+  for (size_t j = 0; j < lp.top.size(); ++j) {
+    row[1 + 2 * j] = static_cast<float>(lp.top[j].id);
+    row[2 + 2 * j] = lp.top[j].logprob;
+  }
+}
+inline TokenLogprobs read_logprob_row(const float* row, int32_t n) {
+  TokenLogprobs lp;
+  lp.logprob = row[0];
+  for (int32_t j = 0; j < n; ++j) lp.top.push_back({static_cast<int32_t>(row[1 + 2 * j]), row[2 + 2 * j]});
+  return lp;
+}
+
 struct SampleBatch {
   std::vector<SampleRow> rows;  // one per logits row, in row order
-  // Tokens of history sample() will read: the prompt and output ids of rows with a penalty on
-  // (a row whose penalties are all off needs none of its history). At most what reserve_sampling
-  // reserved.
+  // Where rows with params.logprobs > 0 report token_logprobs_ref (kernels/sampling.h) of their
+  // sampled token, or null when no row asks: F32 [rows, kLogprobWidth] on the backend's device.
+  // Row i: [0] the logprob of out[i]; for j < params.logprobs, [1 + 2j] the j-th best id (an
+  // exact float: vocab < 2^24) and [2 + 2j] its logprob. Everything else is left untouched.
+  Tensor* logprobs = nullptr;
+
+  // Words of per-row data sample() may upload, at most what reserve_sampling reserved as history
+  // tokens: the prompt and output ids of rows with a penalty on (a row whose penalties are all off
+  // needs none of its history on the device), plus 3 per sparse bias entry a row may carry
+  // (logit bias, bans and DRY penalties: see bias_bound).
   int64_t history_tokens() const {
     int64_t total = 0;
     for (const SampleRow& r : rows) {
       if (reads_history(r.params)) total += static_cast<int64_t>(r.prompt_ids.size() + r.output_ids.size());
+      total += 3 * bias_bound(r);
     }
     return total;
   }
-  // Whether any penalty is on (with all off, the history changes no logit).
+  // Whether any penalty is on (with all off, the history changes no logit on the device).
   static bool reads_history(const SamplingParams& p) {
     return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f || p.frequency_penalty != 0.0f;
+  }
+  // Most sparse bias entries of a row: its logit biases and bans, and one DRY penalty per token of
+  // the history DRY looks at.
+  static int64_t bias_bound(const SampleRow& r) {
+    int64_t dry = 0;
+    if (r.params.dry_multiplier != 0.0f) {
+      dry = static_cast<int64_t>(r.prompt_ids.size() + r.output_ids.size());
+      if (r.params.dry_range > 0) dry = std::min<int64_t>(dry, r.params.dry_range);
+    }
+    return static_cast<int64_t>(r.params.logit_bias.size() + r.params.banned_ids.size()) + dry;
   }
 };
 
@@ -182,14 +221,18 @@ class Backend {
 
   // ---- Sampling --------------------------------------------------------------------------------
   // out[i] = the token sampled from logits row i for batch.rows[i]: logits F32 [rows, vocab]
-  // (none NaN or +inf, each row with a finite value), out I32 [rows], batch.rows.size() == rows.
-  // Semantics of sample_ref (kernels/sampling.h): the distribution of sampling_distribution and
-  // the inverse-CDF draw at u = philox_uniform(seed, position, kSampleStream); temperature 0 is
-  // the argmax of the penalised logits (ties to the lowest id), exactly. CPU: fp64 like the
-  // reference, equal to it. CUDA: launch_sample (kernels/cuda/sample.cuh), greedy rows exact and
-  // sampled rows within fp64 rounding of the reference distribution; rows, vocab and history
-  // within reserve_sampling's sizes, row parameters and histories uploaded through the staged
-  // upload into the reserved buffers (no allocation, no synchronisation).
+  // (none NaN or +inf, each row with a finite value after its bans), out I32 [rows],
+  // batch.rows.size() == rows. Semantics of sample_ref (kernels/sampling.h): the distribution of
+  // sampling_distribution at the row's position and the inverse-CDF draw at
+  // u = philox_uniform(seed, position, kSampleStream); temperature 0 is the argmax of the processed
+  // logits (ties to the lowest id), exactly. Rows with params.logprobs > 0 also fill
+  // batch.logprobs (which must then be set); rows without cost nothing more. CPU: fp64 like the
+  // reference, equal to it. CUDA: launch_sample (kernels/cuda/sample.cuh), greedy rows exact,
+  // sampled rows within fp64 rounding of the reference distribution and logprobs within fp32
+  // rounding; rows, vocab and per-row data within reserve_sampling's sizes; row parameters,
+  // histories and sparse biases (logit bias, bans and the DRY penalties computed here on the
+  // host by dry_penalties) uploaded through the staged upload into the reserved buffers (no
+  // allocation, no synchronisation).
   virtual void sample(const Tensor& logits, const SampleBatch& batch, Tensor& out) = 0;
 
   // ---- Fused linears ---------------------------------------------------------------------------

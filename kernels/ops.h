@@ -70,12 +70,32 @@ void softmax_ref(float* data, int64_t rows, int64_t cols);
 void rope_ref(Tensor& x, std::span<const int32_t> positions, std::span<const float> inv_freq,
               float attention_scaling);
 
-// KV cache kept in fixed-size pages. k/v pages of one layer: F32 [num_pages, page_size, kv_heads, head_dim].
+// KV cache of one layer kept in fixed-size pages. Keys and values are each stored either at full
+// precision (bits 16: `*_pages` [num_pages, page_size, kv_heads, head_dim] of the backend's
+// kv_dtype; F32 for the references) or quantized as exl3-format.md §9 says (bits 2..8: each token's
+// kv_heads·head_dim vector in groups of 32 elements, per group `bits` I32 words of bit planes in
+// `*_words` [num_pages, page_size, kv_heads·head_dim/32·bits] and an fp16 scale in `*_scales`
+// [num_pages, page_size, kv_heads·head_dim/32]; the unused pages tensor stays undefined).
 struct PagedKv {
   Tensor k_pages;
   Tensor v_pages;
   int64_t page_size = 0;
+  int64_t kv_heads = 0;  // set for every cache: a quantized one has no pages tensor to read it from
+  int64_t head_dim = 0;
+  int k_bits = 16;       // 16 = full precision; 2..8 = quantized
+  int v_bits = 16;
+  Tensor k_words, k_scales;  // I32 / F16 when k_bits < 16
+  Tensor v_words, v_scales;  // I32 / F16 when v_bits < 16
+  // Sliding-window attention (Mistral's `sliding_window`): 0 = full causal; otherwise a token at
+  // position p attends to positions max(0, p - window + 1) .. p only.
+  int64_t window = 0;
 };
+
+// §9 quantization of one group of 32 values at `bits` (2..8): the `bits` words of its bit planes and
+// the fp16 bits of its scale. Bit-exact with ExLlamaV3 for fp16-representable inputs.
+void kv_quantize_group_ref(const float* group, int bits, uint32_t* words, uint16_t* scale_fp16);
+// The inverse: 32 values, each rounded to fp16 as §9 says.
+void kv_dequantize_group_ref(const uint32_t* words, uint16_t scale_fp16, int bits, float* group);
 
 // Writes k/v rows [tokens, kv_heads, head_dim] at the given positions of one sequence whose
 // pages are `page_table` (position p lives in page page_table[p / page_size], slot p % page_size).
@@ -83,8 +103,10 @@ void kv_write_ref(PagedKv& cache, std::span<const int32_t> page_table, std::span
                   const Tensor& k, const Tensor& v);
 
 // Causal grouped-query attention of one sequence: q [tokens, heads, head_dim] at `positions`
-// attends to cache positions 0..positions[t] (inclusive). heads % kv_heads == 0; query head h
-// uses kv head h / (heads / kv_heads). Scale 1/sqrt(head_dim). Returns [tokens, heads, head_dim].
+// attends to cache positions 0..positions[t] (inclusive), or max(0, p - window + 1)..p with a
+// window. heads % kv_heads == 0; query head h uses kv head h / (heads / kv_heads). Scale
+// 1/sqrt(head_dim). Quantized sides are read through kv_dequantize_group_ref. Returns [tokens,
+// heads, head_dim].
 Tensor attention_ref(const Tensor& q, const PagedKv& cache, std::span<const int32_t> page_table,
                      std::span<const int32_t> positions);
 

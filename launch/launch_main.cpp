@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   exl3::CoordinatorOptions& c = o.coordinator;
   std::string gpus, split, mode = "tp";
   std::string step_graphs = "on";
+  std::string cache_bits = "16,16";
   int cpu_workers = 0;
   double ready_timeout_s = 120, step_timeout_s = 60;
   CLI::App app{"exl3-launch: serve a Llama-family EXL3 or HF model over one worker per device, with a gRPC API.\n"
@@ -72,9 +73,19 @@ int main(int argc, char** argv) {
                  "requests then wait for pages)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--page-size", c.page_size, "KV cache page size in tokens")->capture_default_str();
+  app.add_option("--cache-bits", cache_bits,
+                 "KV cache widths K,V (a single N means N,N): each 2..8 = quantized to that many bits per element "
+                 "(per 32-element group: Hadamard rotation + fp16 scale, exl3-format.md section 9), or 16 = full "
+                 "precision (F16 on GPUs, F32 on CPU workers). The planner prices pages at these widths, so the same "
+                 "--split holds more cache tokens (4,4 stores 4.5 bits per element vs 16)")
+      ->capture_default_str();
   app.add_option("--prefill-chunk", c.prefill_chunk, "Most prompt tokens of one sequence per step")
       ->capture_default_str();
   app.add_option("--decode-steps", c.decode_steps, "Decode iterations per worker command (fewer round trips)")
+      ->capture_default_str();
+  app.add_flag("--prefix-cache,!--no-prefix-cache", c.prefix_cache,
+               "Reuse the KV cache pages of prompt prefixes computed before (kept after requests end, evicted least "
+               "recently used when pages run short); --no-prefix-cache or --prefix-cache=false turns it off")
       ->capture_default_str();
   app.add_option("--ready-timeout", ready_timeout_s, "Seconds for all workers to connect")->capture_default_str();
   app.add_option("--step-timeout", step_timeout_s, "Seconds one step (and each collective) may take")
@@ -90,6 +101,12 @@ int main(int argc, char** argv) {
   exl3::add_public_api_flags(app, c, api_files);
   CLI11_PARSE(app, argc, argv);
   o.step_graphs = step_graphs == "on";
+  if (const auto bits = exl3::parse_kv_cache_bits(cache_bits, "--cache-bits"); bits.ok()) {
+    c.cache_bits = *bits;
+  } else {
+    std::fprintf(stderr, "exl3-launch: %s\n", std::string(bits.status().message()).c_str());
+    return 2;
+  }
   if (const absl::Status s = exl3::apply_public_api_flags(api_files, c); !s.ok()) {
     std::fprintf(stderr, "exl3-launch: %s\n", std::string(s.message()).c_str());
     return 2;
@@ -176,8 +193,8 @@ int main(int argc, char** argv) {
   if (c.backend == exl3::BackendKind::kCuda) {
     devices = absl::StrCat(c.world_size, " GPU worker(s) on GPU(s) ", absl::StrJoin(o.gpus, ","), " (NCCL)");
   }
-  std::fprintf(stderr, "exl3-launch: model %s, %s, mode %s, max-seq-len %lld, max-batch %lld\n", c.model_dir.c_str(),
-               devices.c_str(), mode.c_str(), static_cast<long long>(c.max_seq_len),
-               static_cast<long long>(c.max_batch));
+  std::fprintf(stderr, "exl3-launch: model %s, %s, mode %s, max-seq-len %lld, max-batch %lld, cache-bits %s\n",
+               c.model_dir.c_str(), devices.c_str(), mode.c_str(), static_cast<long long>(c.max_seq_len),
+               static_cast<long long>(c.max_batch), exl3::kv_cache_bits_name(c.cache_bits).c_str());
   return exl3::run_launcher(o);
 }

@@ -12,7 +12,10 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<LlamaMode
   e->comm_ = comm;
   e->options_ = options;
   Backend& be = e->model_->backend();
-  EXL3_ASSIGN_OR_RETURN(e->cache_, KvCache::create(e->model_->cache_shape(options.num_pages, options.page_size), be));
+  KvCacheShape shape = e->model_->cache_shape(options.num_pages, options.page_size);
+  shape.k_bits = options.cache_bits.k;
+  shape.v_bits = options.cache_bits.v;
+  EXL3_ASSIGN_OR_RETURN(e->cache_, KvCache::create(shape, be));
   StepLimits limits;
   limits.max_step_tokens = options.max_step_tokens;
   limits.max_seqs = options.max_seqs;
@@ -27,6 +30,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<LlamaMode
   e->sampling_history_ = options.num_pages * options.page_size;
   EXL3_RETURN_IF_ERROR(be.reserve_sampling(sample_rows, e->model_->config().vocab_size, e->sampling_history_));
   EXL3_ASSIGN_OR_RETURN(e->sampled_ids_, be.allocate(DType::kI32, {sample_rows}, "sampled token ids"));
+  EXL3_ASSIGN_OR_RETURN(e->sampled_logprobs_,
+                        be.allocate(DType::kF32, {sample_rows, kLogprobWidth}, "sampled token logprobs"));
   return e;
 }
 
@@ -46,6 +51,12 @@ absl::Status Engine::validate(const StepInput& input) const {
                                                    options_.max_step_tokens, ", ", options_.max_seqs, ", ",
                                                    options_.max_logit_rows, ")"));
   }
+  for (const auto& [src, dst] : input.page_copies) {
+    if (src < 0 || src >= pages || dst < 0 || dst >= pages || src == dst) {
+      return absl::InvalidArgumentError(absl::StrCat("page copy ", src, " -> ", dst, " outside [0, ", pages,
+                                                     ") or onto itself"));
+    }
+  }
   for (const StepSequence& s : input.sequences) {
     if (s.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, " has no tokens"));
     for (int32_t t : s.tokens) {
@@ -53,8 +64,20 @@ absl::Status Engine::validate(const StepInput& input) const {
         return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": token ", t, " outside [0, ", vocab, ")"));
       }
     }
+    if (!s.history_prefix.empty() && static_cast<int64_t>(s.history_prefix.size()) != s.start_pos) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": history prefix of ",
+                                                     s.history_prefix.size(), " tokens at start position ", s.start_pos));
+    }
+    for (int32_t t : s.history_prefix) {
+      if (t < 0 || t >= vocab) {
+        return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": history token ", t, " outside [0, ",
+                                                       vocab, ")"));
+      }
+    }
     auto it = histories_.find(s.seq_id);
-    const int64_t known = it == histories_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size());
+    const int64_t known = !s.history_prefix.empty()       ? static_cast<int64_t>(s.history_prefix.size())
+                          : it == histories_.end() ? 0
+                                                   : static_cast<int64_t>(it->second.tokens.size());
     if (s.start_pos < 0 || s.start_pos > known) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": start position ", s.start_pos,
                                                      " but the worker knows ", known, " tokens"));
@@ -73,7 +96,8 @@ absl::Status Engine::validate(const StepInput& input) const {
 
 absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
                                                          const std::vector<const StepSequence*>& seqs,
-                                                         const std::vector<int64_t>& rows) {
+                                                         const std::vector<int64_t>& rows,
+                                                         std::vector<std::vector<TokenLogprobs>>* logprobs) {
   Backend& be = model_->backend();
   std::vector<float> sampled(seqs.size(), 0.0f);
   const int64_t num_rows = logits.dim(0);
@@ -89,6 +113,7 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
       const std::span<const int32_t> all(h.tokens);
       SampleRow& r = batch.rows[rows[i]];
       r.params = seqs[i]->sampling;
+      if (r.params.dry_multiplier != 0.0f && r.params.dry_breakers.empty()) r.params.dry_breakers = h.dry_breakers;
       r.position = static_cast<int64_t>(all.size());
       r.prompt_ids = all.first(std::min<size_t>(h.prompt_len, all.size()));
       r.output_ids = all.subspan(r.prompt_ids.size());
@@ -99,11 +124,23 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
       EXL3_RETURN_IF_ERROR(be.reserve_sampling(sampled_ids_.numel(), logits.dim(1), sampling_history_));
     }
     Tensor ids = sampled_ids_.rows(0, num_rows);
+    Tensor lp = sampled_logprobs_.rows(0, num_rows);
+    bool any_logprobs = false;
+    for (const SampleRow& r : batch.rows) any_logprobs |= r.params.logprobs > 0;
+    if (any_logprobs) batch.logprobs = &lp;
     be.sample(logits, batch, ids);
     Tensor host = Tensor::zeros(DType::kI32, {num_rows});
     be.download(ids, host);
+    Tensor host_lp = any_logprobs ? Tensor::zeros(DType::kF32, {num_rows, kLogprobWidth}) : Tensor();
+    if (any_logprobs) be.download(lp, host_lp);
     EXL3_RETURN_IF_ERROR(be.synchronize());
     for (size_t i = 0; i < seqs.size(); ++i) sampled[i] = static_cast<float>(host.data<int32_t>()[rows[i]]);
+    for (size_t i = 0; any_logprobs && i < seqs.size(); ++i) {
+      const int32_t n = static_cast<int32_t>(std::min<int64_t>(seqs[i]->sampling.logprobs, logits.dim(1)));
+      if (seqs[i]->sampling.logprobs > 0) {
+        (*logprobs)[i].push_back(read_logprob_row(host_lp.data<float>() + rows[i] * kLogprobWidth, n));
+      }
+    }
   }
   // In a layer split only the head rank has logits: share its tokens (ids < 2^24 are exact in fp32).
   if (model_->shard().mode == ShardMode::kLayers && comm_ != nullptr && comm_->world_size() > 1) {
@@ -126,15 +163,20 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
   std::vector<const StepSequence*> samplers;
   for (const StepSequence& s : input.sequences) {
     History& h = histories_[s.seq_id];
+    if (!s.history_prefix.empty()) h.tokens = s.history_prefix;  // positions reused from the prefix cache
     h.tokens.resize(s.start_pos);  // a recomputed sequence restarts from start_pos
     h.tokens.insert(h.tokens.end(), s.tokens.begin(), s.tokens.end());
     if (s.prompt_len > 0) h.prompt_len = s.prompt_len;
+    if (!s.sampling.dry_breakers.empty()) h.dry_breakers = s.sampling.dry_breakers;
     const LogitsMode mode = s.return_logits ? LogitsMode::kAll : s.sample ? LogitsMode::kLast : LogitsMode::kNone;
     batch.push_back(BatchEntry{s.tokens, s.start_pos, s.page_table, mode});
     if (s.sample) samplers.push_back(&s);
   }
   StepOutput out;
   for (const StepSequence* s : samplers) out.tokens.push_back({s->seq_id, {}});
+  out.logprobs.resize(samplers.size());
+  // Copy-on-write pages first: the forward may write the copies' destinations (on the same stream).
+  for (const auto& [src, dst] : input.page_copies) cache_->copy_page(src, dst, model_->backend());
 
   // Logits stay on the device; only requested full logits are downloaded.
   EXL3_ASSIGN_OR_RETURN(Tensor logits, model_->forward_batch_device(batch, *cache_, comm_));
@@ -157,7 +199,7 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
     EXL3_RETURN_IF_ERROR(be.synchronize());
   }
   for (int32_t iter = 0; iter < input.decode_steps && !samplers.empty(); ++iter) {
-    EXL3_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, sample_rows(logits, samplers, sample_rows_of));
+    EXL3_ASSIGN_OR_RETURN(const std::vector<int32_t> tokens, sample_rows(logits, samplers, sample_rows_of, &out.logprobs));
     std::vector<int32_t> next_tokens(samplers.size());
     for (size_t i = 0; i < samplers.size(); ++i) {
       histories_[samplers[i]->seq_id].tokens.push_back(tokens[i]);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -25,16 +26,24 @@ struct StepSequence {
   SamplingParams sampling;
   int32_t prompt_len = 0;           // prompt tokens of the sequence (for the penalties)
   bool return_logits = false;       // report the logits of every token of this step
+  // Ids of positions [0, start_pos) reused from the prefix cache, on a sequence's first chunk when
+  // start_pos > 0; they start its history (penalties). Empty otherwise.
+  std::vector<int32_t> history_prefix = {};
 };
 
 struct StepInput {
   std::vector<StepSequence> sequences;
   int32_t decode_steps = 1;
+  // (src, dst) KV pages copied in order before the forward (prefix reuse's copy-on-write).
+  std::vector<std::pair<int32_t, int32_t>> page_copies = {};
 };
 
 struct StepOutput {
   // Sampled tokens of each sampling sequence, in input order.
   std::vector<std::pair<uint64_t, std::vector<int32_t>>> tokens;
+  // Per entry of `tokens`, each token's logprobs when its sequence asked (Sampling.logprobs > 0)
+  // and this rank computes the head; empty otherwise.
+  std::vector<std::vector<TokenLogprobs>> logprobs;
   // Logits F32 [tokens, vocab] of sequences with return_logits (head ranks only).
   std::vector<std::pair<uint64_t, Tensor>> logits;
 };
@@ -48,6 +57,8 @@ struct EngineOptions {
   // Decode steps replay one step graph per batch size and page bucket where the backend and the
   // communicator allow it (StepLimits::step_graphs; the CPU backend never does).
   bool step_graphs = true;
+  // KV cache widths (KvCacheBits: 16 = full precision, 2..8 = quantized as exl3-format.md §9).
+  KvCacheBits cache_bits{};
 };
 
 class Engine {
@@ -59,6 +70,7 @@ class Engine {
 
   const LlamaModel& model() const { return *model_; }
   uint64_t cache_bytes() const { return cache_->bytes(); }
+  const KvCacheShape& cache_shape() const { return cache_->shape(); }
 
   // Validates a step against the engine's state (ids in range, positions consistent with the
   // sequence's history, pages in range) and runs it. A collective failure is returned as is.
@@ -70,14 +82,17 @@ class Engine {
   struct History {
     std::vector<int32_t> tokens;
     int32_t prompt_len = 0;
+    std::vector<int32_t> dry_breakers;  // the last non-empty list a step sent
   };
   Engine() = default;
   absl::Status validate(const StepInput& input) const;
   // Samples one token for each of `seqs` from its row rows[i] of `logits` (F32 [r, vocab] on the
   // backend's device; [0, vocab] on a layer-split rank without the head) on the backend, and
-  // downloads the ids only; all ranks agree.
+  // downloads the ids (and the logprob rows of sequences that ask, appended to (*logprobs)[i] on
+  // ranks with the head); all ranks agree on the ids.
   absl::StatusOr<std::vector<int32_t>> sample_rows(const Tensor& logits, const std::vector<const StepSequence*>& seqs,
-                                                   const std::vector<int64_t>& rows);
+                                                   const std::vector<int64_t>& rows,
+                                                   std::vector<std::vector<TokenLogprobs>>* logprobs);
 
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvCache> cache_;
@@ -85,6 +100,7 @@ class Engine {
   EngineOptions options_;
   Tensor shared_tokens_;  // F32 [max_seqs] on the device: sampled ids shared in a layer split
   Tensor sampled_ids_;    // I32 [max(max_seqs, max_logit_rows)] on the device: the sampler's output
+  Tensor sampled_logprobs_;  // F32 [same rows, kLogprobWidth] on the device: SampleBatch::logprobs
   int64_t sampling_history_ = 0;  // history tokens the backend's sampler buffers hold
   std::map<uint64_t, History> histories_;
 };

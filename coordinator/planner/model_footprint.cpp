@@ -160,14 +160,30 @@ uint64_t ComponentFootprint::weight_bytes(int64_t begin, int64_t end) const {
   return bytes;
 }
 
+uint64_t ComponentFootprint::cache_token_bytes(int64_t kv_heads) const {
+  const int64_t dim = kv_heads * cache_head_dim;
+  return kv_token_bytes(dim, cache_bits.k, cache_element_bytes) +
+         kv_token_bytes(dim, cache_bits.v, cache_element_bytes);
+}
+
 uint64_t ComponentFootprint::cache_bytes(int64_t begin, int64_t end, int64_t tokens) const {
   if (end <= begin || tokens <= 0) return 0;
-  return u64(tokens) * u64(feature(end) - feature(begin)) * cache_bytes_per_head_token;
+  return u64(tokens) * cache_token_bytes(feature(end) - feature(begin));
 }
 
 uint64_t WorkspaceFootprint::bytes(int64_t step_tokens, int64_t context) const {
   const uint64_t t = u64(std::max<int64_t>(step_tokens, 0)), c = u64(std::max<int64_t>(context, 0));
   return t * per_token + t * c * per_token_context + c * per_context;
+}
+
+absl::Status ModelFootprint::set_cache_bits(const KvCacheBits& bits) {
+  EXL3_RETURN_IF_ERROR(validate_kv_cache_bits(bits, "--cache-bits"));
+  for (LayerFootprint& l : layers) {
+    EXL3_RETURN_IF_ERROR(check_kv_token_dim(l.attention.unit_size * l.attention.cache_head_dim, bits));
+    l.attention.cache_bits = bits;
+  }
+  cache_bits = bits;
+  return absl::OkStatus();
 }
 
 uint64_t ModelFootprint::replicated_bytes() const {
@@ -261,7 +277,8 @@ absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, Backe
     a.unit_size = w;
     a.extent = c.num_kv_heads;
     a.units = c.num_kv_heads / w;
-    a.cache_bytes_per_head_token = 2 * u64(c.head_dim) * cache_elem;
+    a.cache_head_dim = c.head_dim;
+    a.cache_element_bytes = cache_elem;
     a.linears = {make_part(p + "self_attn.q_proj", c.hidden_size, q_dim, true, group * w * c.head_dim),
                  make_part(p + "self_attn.k_proj", c.hidden_size, kv_dim, true, w * c.head_dim),
                  make_part(p + "self_attn.v_proj", c.hidden_size, kv_dim, true, w * c.head_dim),
@@ -400,10 +417,12 @@ uint64_t cuda_scratch_bytes(int64_t rows, int64_t features) {
 uint64_t cuda_sampler_bytes(int64_t rows, int64_t vocab, int64_t history_tokens) {
   auto align256 = [](uint64_t b) { return (b + 255) / 256 * 256; };
   const uint64_t chunks = (u64(vocab) + 31) / 32;
-  const uint64_t row_scratch = align256(4 * u64(vocab)) + align256(4 * chunks) + align256(8 * chunks);
-  constexpr uint64_t kDeviceSampleRowBytes = 64;
+  const uint64_t row_scratch =
+      align256(4 * u64(vocab)) + align256(4 * chunks) + align256(8 * chunks) + align256(4 * chunks);
+  constexpr uint64_t kDeviceSampleRowBytes = 88;
+  constexpr uint64_t kLogprobFloats = 41;  // the engine's F32 [rows, kLogprobWidth] logprob rows
   return u64(rows) * kDeviceSampleRowBytes + 4 * u64(std::max<int64_t>(history_tokens, 1)) + u64(rows) * row_scratch +
-         4 * u64(rows);
+         4 * u64(rows) + 4 * kLogprobFloats * u64(rows);
 }
 
 CudaRankReserve cuda_rank_reserve(const ModelConfig& c, const RankShape& rank, const StepShape& step) {

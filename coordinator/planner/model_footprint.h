@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/kv_cache_bits.h"
 #include "worker/loader/safetensors.h"
 #include "worker/model/config.h"
 
@@ -77,13 +78,19 @@ struct ComponentFootprint {
   // Bytes a rank holding at least one unit pays once besides its linears: the q/k norms of Qwen3
   // (the worker loads them only where it holds attention heads).
   uint64_t holder_bytes = 0;
-  // Attention: K and V cache bytes of one KV head for one token (0 for other components).
-  uint64_t cache_bytes_per_head_token = 0;
+  // Attention: the KV cache of one token is head_dim elements per KV head for K and for V, each
+  // stored at its width (cache_bits: full-precision elements of cache_element_bytes, or quantized
+  // words and scales, see worker/kv_cache_bits.h). 0 / unused for other components.
+  int64_t cache_head_dim = 0;
+  uint64_t cache_element_bytes = 0;
+  KvCacheBits cache_bits{};
 
   // First feature (KV head, column, row) of unit `u`, clamped to `extent` (so u = units gives extent).
   int64_t feature(int64_t u) const;
   // Weight bytes of units [begin, end) held by one rank (0 when empty).
   uint64_t weight_bytes(int64_t begin, int64_t end) const;
+  // KV cache bytes (K and V) of one token for `kv_heads` KV heads (attention only).
+  uint64_t cache_token_bytes(int64_t kv_heads) const;
   // KV cache bytes of units [begin, end) for `tokens` cached positions (attention only).
   uint64_t cache_bytes(int64_t begin, int64_t end, int64_t tokens) const;
   // Weight bytes of one full unit (the first), for tables.
@@ -135,6 +142,13 @@ struct ModelFootprint {
   bool head_from_embedding = false;  // tied embeddings without a stored lm_head
   // Choices the footprint made that a user should see (printed under the plan table).
   std::vector<std::string> notes;
+  // Widths the KV cache is priced at (every attention component's cache_bits); see set_cache_bits.
+  KvCacheBits cache_bits{};
+
+  // Prices the KV cache at `bits` (--cache-bits) from now on. INVALID_ARGUMENT for widths other
+  // than 2..8 / 16, or a quantized width when a rank's KV heads x head_dim could miss a multiple of
+  // 32 (the smallest attention unit's features are checked: every rank holds whole units).
+  absl::Status set_cache_bits(const KvCacheBits& bits);
 
   // Bytes held in full by every rank in tp mode: embedding (embedding_bytes), every norm, the final norm.
   uint64_t replicated_bytes() const;
@@ -214,8 +228,9 @@ struct CudaRankReserve {
   uint64_t outside_allocator() const { return context + nccl; }
 };
 CudaRankReserve cuda_rank_reserve(const ModelConfig& config, const RankShape& rank, const StepShape& step);
-// What the CUDA backend's reserve_sampling(rows, vocab, history) plus the engine's sampled ids take
-// (mirrors kernels/cuda/sample.cu's scratch layout and sizeof(DeviceSampleRow) == 64).
+// What the CUDA backend's reserve_sampling(rows, vocab, history) plus the engine's sampled ids and
+// logprob rows take (mirrors kernels/cuda/sample.cu's scratch layout and
+// sizeof(DeviceSampleRow) == 88).
 uint64_t cuda_sampler_bytes(int64_t rows, int64_t vocab, int64_t history_tokens);
 
 // The RankShape that bounds every rank of a plan: all KV heads, all MLP columns, the whole

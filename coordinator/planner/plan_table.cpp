@@ -83,6 +83,14 @@ std::string render(const std::vector<std::string>& header, const std::vector<boo
   return out;
 }
 
+// "KV cache F16", "KV cache K 4 bits, V 4 bits": what one cached element is stored as.
+std::string kv_cache_widths(const ModelFootprint& fp) {
+  const char* full = fp.backend == BackendKind::kCpu ? "F32" : "F16";
+  if (!fp.cache_bits.quantized()) return absl::StrCat("KV cache ", full);
+  auto width = [&](int bits) { return bits == 16 ? std::string(full) : absl::StrCat(bits, " bits"); };
+  return absl::StrCat("KV cache K ", width(fp.cache_bits.k), ", V ", width(fp.cache_bits.v));
+}
+
 }  // namespace
 
 std::string format_plan_table(const ModelFootprint& fp, const std::vector<RankPlan>& plans,
@@ -94,8 +102,8 @@ std::string format_plan_table(const ModelFootprint& fp, const std::vector<RankPl
   absl::StrAppend(&out, mode == PlanMode::kTensorParallel ? "tensor-parallel" : "layer-split", " plan over ",
                   plans.size(), plans.size() == 1 ? " rank" : " ranks", ", ", backend_name(fp.backend), " backend (",
                   fp.backend == BackendKind::kCpu ? "weights dequantized to fp32"
-                                                  : "EXL3 as stored, dense weights F16, KV cache F16",
-                  ")\n");
+                                                  : "EXL3 as stored, dense weights F16",
+                  ", ", kv_cache_widths(fp), ")\n");
   absl::StrAppend(&out,
                   "model: ", c.architecture_name.empty() ? architecture_name(c.architecture) : c.architecture_name,
                   ", ", c.num_layers, " layers, hidden ", c.hidden_size, ", ", c.num_heads, " query / ", c.num_kv_heads,

@@ -65,6 +65,57 @@ absl::Status check_range(std::string_view field, T value, T lo, bool lo_open, T 
                               hi_open ? ")" : "]", std::string(meaning), ", got ", value));
 }
 
+// logit_bias and banned_token_ids: range-checked, sorted, banned ids deduplicated.
+absl::Status apply_token_lists(const RequestSampling& in, int32_t vocab_size, SamplingParams& out) {
+  for (const auto& [id, bias] : in.logit_bias) {
+    const std::string field = absl::StrCat("sampling.logit_bias[", id, "]");
+    if (id < 0 || id >= vocab_size) {
+      return invalid(absl::StrCat(field, ": token id ", id, " is not in [0, ", vocab_size, ")"));
+    }
+    EXL3_RETURN_IF_ERROR(check_range(field, bias, -100.0f, false, 100.0f, false, ""));
+    out.logit_bias.push_back({id, bias});
+  }
+  std::sort(out.logit_bias.begin(), out.logit_bias.end(),
+            [](const TokenBias& a, const TokenBias& b) { return a.id < b.id; });
+  for (size_t i = 0; i < in.banned_token_ids.size(); ++i) {
+    const int32_t id = in.banned_token_ids[i];
+    if (id < 0 || id >= vocab_size) {
+      return invalid(absl::StrCat("sampling.banned_token_ids[", i, "] = ", id, " is not in [0, ", vocab_size, ")"));
+    }
+  }
+  out.banned_ids = in.banned_token_ids;
+  std::sort(out.banned_ids.begin(), out.banned_ids.end());
+  out.banned_ids.erase(std::unique(out.banned_ids.begin(), out.banned_ids.end()), out.banned_ids.end());
+  if (static_cast<int64_t>(out.banned_ids.size()) >= vocab_size) {
+    return invalid(absl::StrCat("sampling.banned_token_ids bans all ", vocab_size,
+                                " tokens of the vocabulary; at least one must stay allowed"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status apply_dry(const RequestSampling& in, SamplingParams& out) {
+  out.dry_multiplier = in.dry_multiplier.value_or(0.0f);
+  EXL3_RETURN_IF_ERROR(
+      check_range("sampling.dry_multiplier", out.dry_multiplier, 0.0f, false, 100.0f, false, " (0 = off)"));
+  out.dry_base = in.dry_base.value_or(1.75f);
+  EXL3_RETURN_IF_ERROR(check_range("sampling.dry_base", out.dry_base, 1.0f, false, 10.0f, false, ""));
+  out.dry_allowed_length = in.dry_allowed_length.value_or(2);
+  EXL3_RETURN_IF_ERROR(check_range("sampling.dry_allowed_length", out.dry_allowed_length, 1, false, 1000, false, ""));
+  out.dry_range = in.dry_range.value_or(0);
+  if (out.dry_range < 0) {
+    return invalid(absl::StrCat("sampling.dry_range must be >= 0 (0 = the whole history), got ", out.dry_range));
+  }
+  const std::vector<std::string>& breakers = dry_sequence_breakers(in);
+  if (breakers.size() > 64) {
+    return invalid(absl::StrCat("sampling.dry_sequence_breakers holds ", breakers.size(), " strings; at most 64"));
+  }
+  for (size_t i = 0; i < breakers.size(); ++i) {
+    if (breakers[i].empty()) return invalid(absl::StrCat("sampling.dry_sequence_breakers[", i, "] is empty"));
+  }
+  if (out.dry_multiplier != 0.0f) out.dry_breakers = in.dry_breaker_ids;
+  return absl::OkStatus();
+}
+
 absl::Status apply_sampling(const RequestSampling& in, int32_t vocab_size, uint64_t random_seed, SamplingParams& out) {
   out = SamplingParams{};
   out.temperature = in.temperature.value_or(1.0f);
@@ -86,6 +137,18 @@ absl::Status apply_sampling(const RequestSampling& in, int32_t vocab_size, uint6
   EXL3_RETURN_IF_ERROR(
       check_range("sampling.frequency_penalty", out.frequency_penalty, -2.0f, false, 2.0f, false, " (0 = off)"));
   out.seed = in.seed.value_or(random_seed);
+  EXL3_RETURN_IF_ERROR(apply_token_lists(in, vocab_size, out));
+  EXL3_RETURN_IF_ERROR(apply_dry(in, out));
+  out.typical_p = in.typical_p.value_or(1.0f);
+  EXL3_RETURN_IF_ERROR(check_range("sampling.typical_p", out.typical_p, 0.0f, true, 1.0f, false, " (1 = off)"));
+  out.xtc_threshold = in.xtc_threshold.value_or(0.1f);
+  EXL3_RETURN_IF_ERROR(check_range("sampling.xtc_threshold", out.xtc_threshold, 0.0f, true, 1.0f, false, ""));
+  out.xtc_probability = in.xtc_probability.value_or(0.0f);
+  EXL3_RETURN_IF_ERROR(
+      check_range("sampling.xtc_probability", out.xtc_probability, 0.0f, false, 1.0f, false, " (0 = off)"));
+  out.temperature_last = in.temperature_last.value_or(false);
+  out.logprobs = in.logprobs.value_or(0);
+  EXL3_RETURN_IF_ERROR(check_range("sampling.logprobs", out.logprobs, 0, false, kMaxLogprobs, false, " (0 = off)"));
   // The proto's ranges are stricter than what the sampler accepts; a failure here is a bug.
   EXL3_CHECK_OK(validate_sampling_params(out, vocab_size));
   return absl::OkStatus();
@@ -133,6 +196,31 @@ absl::Status apply_stopping(const RequestStopping& in, const ModelLimits& limits
 }
 
 }  // namespace
+
+const std::vector<std::string>& default_dry_sequence_breakers() {
+  static const std::vector<std::string> breakers = {"\n", ":", "\"", "*"};
+  return breakers;
+}
+
+const std::vector<std::string>& dry_sequence_breakers(const RequestSampling& sampling) {
+  return sampling.dry_sequence_breakers ? *sampling.dry_sequence_breakers : default_dry_sequence_breakers();
+}
+
+std::vector<int32_t> dry_breaker_ids(const std::vector<std::string>& breakers, int32_t vocab_size,
+                                     const std::function<std::string_view(int32_t)>& token_bytes) {
+  std::vector<int32_t> ids;
+  if (breakers.empty()) return ids;
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    const std::string_view bytes = token_bytes(id);
+    for (const std::string& b : breakers) {
+      if (!b.empty() && bytes.find(b) != std::string_view::npos) {
+        ids.push_back(id);
+        break;
+      }
+    }
+  }
+  return ids;
+}
 
 const char* finish_reason_name(FinishReason reason) {
   switch (reason) {

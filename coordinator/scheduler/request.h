@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -25,7 +27,32 @@ struct RequestSampling {
   std::optional<float> presence_penalty;
   std::optional<float> frequency_penalty;
   std::optional<uint64_t> seed;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // the proto's map, in any order
+  std::vector<int32_t> banned_token_ids;              // any order, duplicates allowed
+  std::optional<float> dry_multiplier;
+  std::optional<float> dry_base;
+  std::optional<int32_t> dry_allowed_length;
+  std::optional<int32_t> dry_range;
+  // Unset = default_dry_sequence_breakers(); set and empty = no breakers.
+  std::optional<std::vector<std::string>> dry_sequence_breakers;
+  // The token ids whose text contains one of the breaker strings (admission fills this from the
+  // tokenizer: dry_breaker_ids); validate_request takes them as they are.
+  std::vector<int32_t> dry_breaker_ids;
+  std::optional<float> typical_p;
+  std::optional<float> xtc_threshold;
+  std::optional<float> xtc_probability;
+  std::optional<bool> temperature_last;
+  std::optional<int32_t> logprobs;
 };
+
+// DRY's sequence breakers when a request names none (those of text-generation-webui and
+// ExLlamaV3): "\n", ":", "\"", "*".
+const std::vector<std::string>& default_dry_sequence_breakers();
+// The sequence breakers a request uses: its own, or the defaults when unset.
+const std::vector<std::string>& dry_sequence_breakers(const RequestSampling& sampling);
+// Ids in [0, vocab_size) whose token bytes (token_bytes(id)) contain one of `breakers`, increasing.
+std::vector<int32_t> dry_breaker_ids(const std::vector<std::string>& breakers, int32_t vocab_size,
+                                     const std::function<std::string_view(int32_t)>& token_bytes);
 
 // exl3.v1.StoppingCriteria.
 struct RequestStopping {
@@ -92,7 +119,11 @@ struct ValidatedRequest {
 // Errors are INVALID_ARGUMENT naming the field ("prompt", "prompt_tokens", "sampling.top_p",
 // "stopping.max_new_tokens", ...) with the allowed range and the value received. Ranges follow
 // inference.proto: temperature [0, 100], top_k [0, vocab_size], top_p (0, 1], min_p [0, 1],
-// repetition_penalty (0, 10], presence/frequency penalties [-2, 2], max_new_tokens >= 1 with
+// repetition_penalty (0, 10], presence/frequency penalties [-2, 2], logit_bias ids in
+// [0, vocab_size) with biases in [-100, 100], banned_token_ids in [0, vocab_size) leaving one token
+// unbanned, dry_multiplier [0, 100], dry_base [1, 10], dry_allowed_length [1, 1000], dry_range
+// >= 0, at most 64 non-empty dry_sequence_breakers, typical_p (0, 1], xtc_threshold (0, 1],
+// xtc_probability [0, 1], logprobs [0, 20], max_new_tokens >= 1 with
 // prompt length + max_new_tokens <= max_context (refused, never clamped), prompt ids and
 // stop_token_ids in [0, vocab_size), stop strings non-empty. A prompt must leave room for at
 // least one generated token.

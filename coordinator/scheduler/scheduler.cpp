@@ -5,10 +5,14 @@
 // very tokens it would have sampled. Preempting the newest sequence keeps the oldest one always
 // progressing, so the system cannot livelock. Strict FIFO admission (no skipping a large head
 // request for smaller ones behind it) keeps latency predictable and starves no one; the cost is
-// some head-of-line blocking when the cache is nearly full.
+// some head-of-line blocking when the cache is nearly full. Prefix reuse keeps computed pages
+// after their sequence ends because agents and chats resend the same long prefixes; letting the
+// head wait for a running sequence that is prefilling its prefix trades a little latency of the
+// head for computing that prefix once instead of once per request.
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <span>
 #include <string>
 #include <utility>
 
@@ -46,7 +50,9 @@ const SchedulerConfig& checked(const SchedulerConfig& config) {
 }  // namespace
 
 Scheduler::Scheduler(SchedulerConfig config)
-    : config_(checked(config)), pages_(config_.num_pages), batch_size_counts_(config_.max_batch + 1) {}
+    : config_(checked(config)),
+      pages_(config_.num_pages, config_.page_size, config_.prefix_cache),
+      batch_size_counts_(config_.max_batch + 1) {}
 
 absl::StatusOr<SeqId> Scheduler::submit(ValidatedRequest request) {
   const int64_t prompt_len = static_cast<int64_t>(request.prompt_ids.size());
@@ -96,16 +102,21 @@ int32_t Scheduler::step_pages(const Sequence& seq) const {
   return pages_for(positions, config_.page_size);
 }
 
-void Scheduler::preempt(SeqId id) {
+void Scheduler::requeue(SeqId id) {
   Sequence& seq = seqs_.at(id);
-  EXL3_CHECK(seq.running, "preempting sequence ", id, " that is not running");
+  EXL3_CHECK(seq.running, "requeueing sequence ", id, " that is not running");
   pages_.release(seq.pages);
+  seq.chain = PrefixChain{};
   seq.num_computed = 0;
   seq.running = false;
   if (seq.sent) released_.push_back(id);
   seq.sent = false;
   running_.erase(id);
   queue_.insert(id);
+}
+
+void Scheduler::preempt(SeqId id) {
+  requeue(id);
   ++preemptions_;
 }
 
@@ -119,7 +130,7 @@ void Scheduler::grow_decodes() {
     if (seq.num_pending() != 1) continue;  // prefilling: its reserve covers the whole prefill
     const int32_t need = step_pages(seq) - static_cast<int32_t>(seq.pages.size());
     if (need <= 0) continue;
-    while (need > pages_.free_pages()) {
+    while (need > pages_.available()) {
       const SeqId victim = *running_.rbegin();
       preempt(victim);
       if (victim == id) break;
@@ -128,11 +139,41 @@ void Scheduler::grow_decodes() {
   }
 }
 
-void Scheduler::admit() {
+bool Scheduler::wait_for_prefix(const Sequence& seq, int32_t reused) const {
+  if (!config_.prefix_cache) return false;
+  const std::span<const int32_t> head(seq.tokens.data(), static_cast<size_t>(seq.num_known() - 1));
+  for (const SeqId id : running_) {
+    const Sequence& other = seqs_.at(id);
+    if (other.num_pending() <= 1) continue;
+    const size_t n = std::min(head.size(), other.tokens.size());
+    const int32_t common = static_cast<int32_t>(
+        std::mismatch(head.begin(), head.begin() + n, other.tokens.begin()).first - head.begin());
+    if (common > reused && common > other.num_computed) return true;
+  }
+  return false;
+}
+
+void Scheduler::admit(std::vector<PageCopy>& copies, std::vector<SeqId>& copied) {
   while (!queue_.empty() && static_cast<int32_t>(running_.size()) < config_.max_batch) {
     const SeqId id = *queue_.begin();
     Sequence& seq = seqs_.at(id);
-    if (!pages_.allocate(reserve_pages(seq), seq.pages)) break;  // strict FIFO: the head waits
+    // Never the last known token: its logits are needed (it is sampled from).
+    const PrefixMatch match = pages_.match(seq.tokens, seq.num_known() - 1);
+    const int32_t reused = match.tokens(config_.page_size);
+    if (wait_for_prefix(seq, reused)) break;  // strict FIFO: the head waits
+    const int32_t shared = static_cast<int32_t>(match.shared_pages.size());
+    const int32_t need = reserve_pages(seq) - shared;
+    EXL3_CHECK(need >= 1, "sequence ", id, " reuses ", reused, " of ", seq.num_known(), " positions");
+    if (need > pages_.available() - pages_.cached_in(match)) break;
+    pages_.acquire(match, seq.pages);
+    EXL3_CHECK(pages_.allocate(need, seq.pages), "allocation of ", need, " pages after the check");
+    if (match.copy_source >= 0) {
+      copies.push_back({match.copy_source, seq.pages[shared]});
+      copied.push_back(id);
+    }
+    seq.num_computed = reused;
+    seq.chain = match.chain;
+    prompt_tokens_reused_ += std::min(reused, seq.prompt_len);
     seq.running = true;
     queue_.erase(queue_.begin());
     running_.insert(id);
@@ -142,10 +183,12 @@ void Scheduler::admit() {
 std::optional<StepPlan> Scheduler::next_step() {
   EXL3_CHECK(!in_flight_.has_value(), "next_step() while step ", in_flight_->step_id, " is in flight");
   grow_decodes();
-  admit();
-
   StepPlan plan;
   InFlightStep record;
+  admit(plan.page_copies, record.copied);
+  // Copy sources are pinned only while this plan is made: the copies run before any write of it.
+  pages_.unpin_all();
+
   int32_t budget = config_.max_step_tokens;
   auto add = [&](SeqId id, Sequence& seq, int32_t count) {
     SequencePlan entry;
@@ -156,7 +199,10 @@ std::optional<StepPlan> Scheduler::next_step() {
     entry.sample = seq.num_computed + count == seq.num_known();
     entry.sampling = seq.request.sampling;
     entry.prompt_len = seq.prompt_len;
-    record.entries.push_back({id, count, entry.sample});
+    if (!seq.sent && seq.num_computed > 0) {
+      entry.history_prefix.assign(seq.tokens.begin(), seq.tokens.begin() + seq.num_computed);
+    }
+    record.entries.push_back({id, seq.num_computed, count, entry.sample});
     plan.sequences.push_back(std::move(entry));
     budget -= count;
   };
@@ -173,7 +219,10 @@ std::optional<StepPlan> Scheduler::next_step() {
     if (chunk <= 0) break;
     add(id, seq, chunk);
   }
-  if (plan.sequences.empty()) return std::nullopt;
+  if (plan.sequences.empty()) {
+    EXL3_CHECK(plan.page_copies.empty(), "page copies without a sequence to run");
+    return std::nullopt;
+  }
 
   int32_t decode_steps = config_.decode_steps;
   for (const SequencePlan& entry : plan.sequences) {
@@ -251,6 +300,7 @@ absl::StatusOr<std::vector<SequenceUpdate>> Scheduler::complete_step(const StepO
     if (it == seqs_.end()) continue;
     Sequence& seq = it->second;
     seq.num_computed += entry.num_tokens;
+    prompt_tokens_computed_ += std::max(0, std::min(entry.start_pos + entry.num_tokens, seq.prompt_len) - entry.start_pos);
     if (!entry.sample) continue;
     SequenceUpdate update;
     update.seq_id = entry.seq_id;
@@ -263,11 +313,17 @@ absl::StatusOr<std::vector<SequenceUpdate>> Scheduler::complete_step(const StepO
     }
     // Every sampled token but the last was fed back in a later iteration of the step.
     seq.num_computed = seq.num_known() - 1;
+    pages_.record(seq.tokens, seq.pages, seq.num_computed, seq.chain);
     if (update.finish_reason.has_value()) {
       end_sequence(entry.seq_id);
       ++completed_;
     }
     updates.push_back(std::move(update));
+  }
+  // Positions computed in this step (and those copied into admitted sequences' pages) now hold KV.
+  for (const SeqId id : running_) {
+    Sequence& seq = seqs_.at(id);
+    pages_.record(seq.tokens, seq.pages, seq.num_computed, seq.chain);
   }
   const int32_t batch = static_cast<int32_t>(step.entries.size());
   ++steps_;
@@ -277,7 +333,16 @@ absl::StatusOr<std::vector<SequenceUpdate>> Scheduler::complete_step(const StepO
   return updates;
 }
 
-void Scheduler::abandon_step() { in_flight_.reset(); }
+// A sequence admitted with a page copy in the abandoned step relied on that copy: back to the
+// queue, so it is matched again when re-admitted.
+void Scheduler::abandon_step() {
+  if (!in_flight_.has_value()) return;
+  for (const SeqId id : in_flight_->copied) {
+    auto it = seqs_.find(id);
+    if (it != seqs_.end() && it->second.running) requeue(id);
+  }
+  in_flight_.reset();
+}
 
 void Scheduler::end_sequence(SeqId id) {
   Sequence& seq = seqs_.at(id);
@@ -345,6 +410,8 @@ SchedulerStats Scheduler::stats() const {
   s.running = static_cast<int32_t>(running_.size());
   s.free_pages = pages_.free_pages();
   s.total_pages = pages_.num_pages();
+  s.cached_pages = pages_.cached_pages();
+  s.shared_pages = pages_.shared_pages();
   s.steps = steps_;
   s.batch_size_counts = batch_size_counts_;
   s.largest_batch = largest_batch_;
@@ -354,13 +421,17 @@ SchedulerStats Scheduler::stats() const {
   s.preemptions = preemptions_;
   s.prompt_tokens = prompt_tokens_;
   s.generated_tokens = generated_tokens_;
+  s.prompt_tokens_computed = prompt_tokens_computed_;
+  s.prompt_tokens_reused = prompt_tokens_reused_;
   return s;
 }
 
 absl::Status Scheduler::check_invariants() const {
   auto broken = [](auto&&... parts) { return absl::InternalError(absl::StrCat("scheduler invariant: ", parts...)); };
-  std::vector<SeqId> owner(config_.num_pages, 0);
-  int64_t held = 0;
+  const int32_t ps = config_.page_size;
+  std::vector<int32_t> holders(config_.num_pages, 0);
+  // The first holder of each page and the logical index it holds it at.
+  std::vector<std::pair<SeqId, int32_t>> first_holder(config_.num_pages, {0, -1});
   if (queue_.size() + running_.size() != seqs_.size()) {
     return broken(queue_.size(), " queued + ", running_.size(), " running != ", seqs_.size(), " live");
   }
@@ -376,30 +447,50 @@ absl::Status Scheduler::check_invariants() const {
                     seq.token_limit());
     }
     if (!seq.running) {
-      if (!seq.pages.empty() || seq.num_computed != 0) {
+      if (!seq.pages.empty() || seq.num_computed != 0 || !seq.chain.ids.empty()) {
         return broken("queued sequence ", id, " holds ", seq.pages.size(), " pages, ", seq.num_computed,
                       " computed positions");
       }
       continue;
     }
-    const int64_t capacity = static_cast<int64_t>(seq.pages.size()) * config_.page_size;
+    const int64_t capacity = static_cast<int64_t>(seq.pages.size()) * ps;
     if (capacity < seq.num_computed) {
       return broken("sequence ", id, ": ", seq.num_computed, " computed positions over ", seq.pages.size(), " pages");
     }
-    if (static_cast<int32_t>(seq.pages.size()) > pages_for(seq.token_limit() - 1, config_.page_size)) {
+    if (static_cast<int32_t>(seq.pages.size()) > pages_for(seq.token_limit() - 1, ps)) {
       return broken("sequence ", id, " holds ", seq.pages.size(), " pages, more than its last position needs");
     }
-    for (const int32_t page : seq.pages) {
+    if (seq.chain.recorded > seq.num_computed) {
+      return broken("sequence ", id, ": ", seq.chain.recorded, " positions indexed, ", seq.num_computed, " computed");
+    }
+    for (size_t k = 0; k < seq.pages.size(); ++k) {
+      const int32_t page = seq.pages[k];
+      const int32_t logical = static_cast<int32_t>(k);
       if (page < 0 || page >= config_.num_pages) return broken("sequence ", id, " holds page ", page);
-      if (owner[page] != 0) return broken("page ", page, " held by sequences ", owner[page], " and ", id);
-      if (pages_.is_free(page)) return broken("page ", page, " held by sequence ", id, " is also free");
-      owner[page] = id;
-      ++held;
+      const auto [other, other_logical] = first_holder[page];
+      if (other == id) return broken("sequence ", id, " holds page ", page, " twice");
+      // A page held by several sequences is shared read-only: full, and before every holder's
+      // first position to compute, at the same logical index.
+      if (holders[page]++ > 0) {
+        const Sequence& o = seqs_.at(other);
+        const int32_t end = (logical + 1) * ps;
+        if (other_logical != logical || seq.num_computed < end || o.num_computed < end) {
+          return broken("page ", page, " is held by sequences ", other, " and ", id, " where one may write it");
+        }
+      } else {
+        first_holder[page] = {id, logical};
+      }
+      const std::span<const int32_t> cached = pages_.entry_tokens(page);
+      if (!cached.empty()) {
+        const int32_t begin = logical * ps;
+        if (begin + static_cast<int32_t>(cached.size()) > seq.num_computed ||
+            !std::equal(cached.begin(), cached.end(), seq.tokens.begin() + begin)) {
+          return broken("page ", page, " is indexed with tokens sequence ", id, " has not computed there");
+        }
+      }
     }
   }
-  if (held + pages_.free_pages() != config_.num_pages) {
-    return broken(held, " held + ", pages_.free_pages(), " free != ", config_.num_pages, " pages");
-  }
+  if (const absl::Status s = pages_.check(holders); !s.ok()) return broken(s.message());
   return absl::OkStatus();
 }
 

@@ -14,12 +14,12 @@
 //
 // Policies (why in scheduler.cpp):
 //  - Admission is strict FIFO by arrival: the oldest queued request is admitted when fewer than
-//    max_batch sequences run and the free pages cover its reserve: all its known tokens (the prompt)
-//    plus one step of decoding, capped at the most positions it can ever write. Those pages are
-//    allocated at admission, so a prefill never needs more pages.
+//    max_batch sequences run and the available pages (free or cached) cover its reserve: all its
+//    known tokens (the prompt) plus one step of decoding, capped at the most positions it can ever
+//    write. Those pages are allocated at admission, so a prefill never needs more pages.
 //  - Pages for generation grow per step: before each step every decoding sequence gets the pages
 //    its next decode_steps positions need. When the cache runs out, the newest running sequence is
-//    preempted by recomputation: its pages are freed at once, it returns to the queue in arrival
+//    preempted by recomputation: its pages are released at once, it returns to the queue in arrival
 //    order and, when admitted again, prefills its prompt and the tokens generated so far (with the
 //    same seed and positions it samples the same tokens). The oldest sequence is never preempted for
 //    a newer one, and a request that can never fit the whole cache is refused at submit, so the
@@ -33,6 +33,18 @@
 //    (unless ignore_eos), stop_token_ids, max_new_tokens, the context limit. The stopping token is
 //    returned. Stop strings are matched by the caller on the detokenized text, which then calls
 //    finish(id, FinishReason::kStopString).
+//  - Prefix reuse (config.prefix_cache; PrefixCache in prefix_cache.h): pages of computed KV stay
+//    indexed by their token chain, also after their sequence ends (then evictable, least recently
+//    used first, only when an allocation needs pages; admission and growth count them as
+//    available). Admission matches the longest cached prefix of the sequence's known tokens, never
+//    its last one (its logits are needed): full pages are shared by reference, the first differing
+//    page is copied (StepPlan.page_copies) when a cached page continuing the chain shares c > 0 of
+//    its first tokens, and the sequence starts at the reused length (SequencePlan.history_prefix
+//    carries the reused ids on its first chunk). Nobody writes into a page another sequence or the
+//    cache references: a shared page is full and before the sequence's first computed position.
+//    A head request waits (strict FIFO) while a running sequence is still prefilling tokens that
+//    it shares with it, so requests arriving together behind one long common prompt compute it once.
+//    Preemption drops the sequence's references; its computed pages stay cached.
 //  - No clocks: the caller timestamps submissions and updates for usage and rates.
 #pragma once
 
@@ -45,6 +57,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "coordinator/scheduler/page_allocator.h"
+#include "coordinator/scheduler/prefix_cache.h"
 #include "coordinator/scheduler/request.h"
 #include "kernels/sampling.h"
 
@@ -60,6 +73,7 @@ struct SchedulerConfig {
   int32_t prefill_chunk = 512;     // most prompt tokens of one sequence per step
   int32_t max_queue = 1024;        // submit refuses while this many wait (preempted ones included)
   int32_t decode_steps = 1;        // decode iterations per step (Step.decode_steps), before capping
+  bool prefix_cache = true;        // reuse cached KV pages of common prefixes (exl3-launch --prefix-cache)
 };
 
 // INVALID_ARGUMENT naming the field unless every field is >= 1 and max_step_tokens >= max_batch
@@ -83,6 +97,9 @@ struct SequencePlan {
   // Prompt length of the request: positions [0, prompt_len) are prompt, later ones output (for the
   // repetition and presence/frequency penalties). Set on every chunk.
   int32_t prompt_len = 0;
+  // On the first chunk after (re)admission when start_pos > 0 (positions reused from the prefix
+  // cache): the token ids of positions [0, start_pos), for the worker's history. Empty otherwise.
+  std::vector<int32_t> history_prefix;
 };
 
 struct StepPlan {
@@ -92,6 +109,9 @@ struct StepPlan {
   // Sequences whose worker-side state (token history) must be dropped before this step runs:
   // finished, cancelled or preempted since the previous plan. Send these first.
   std::vector<SeqId> released;
+  // Pages every rank copies, in order, before this step's forward (copy-on-write of prefix reuse).
+  // No page is both a destination and a later source; no destination is referenced elsewhere.
+  std::vector<PageCopy> page_copies;
 };
 
 // Sampled ids of one sequence, as reported by the workers (worker.proto SequenceTokens).
@@ -128,8 +148,10 @@ struct SequenceInfo {
 struct SchedulerStats {
   int32_t queued = 0;
   int32_t running = 0;
-  int32_t free_pages = 0;
+  int32_t free_pages = 0;    // neither held nor cached
   int32_t total_pages = 0;
+  int32_t cached_pages = 0;  // held only by the prefix cache (evictable)
+  int32_t shared_pages = 0;  // held by more than one owner (sequences, the cache)
   int64_t steps = 0;                       // completed steps
   std::vector<int64_t> batch_size_counts;  // [b] = completed steps with b sequences; size max_batch + 1
   int32_t largest_batch = 0;
@@ -139,6 +161,10 @@ struct SchedulerStats {
   int64_t preemptions = 0;
   int64_t prompt_tokens = 0;     // prompt tokens of submitted requests
   int64_t generated_tokens = 0;  // tokens appended to outputs
+  // Prompt positions run through the model (completed steps) and taken from the prefix cache at
+  // admission; a preempted sequence counts again when re-admitted.
+  int64_t prompt_tokens_computed = 0;
+  int64_t prompt_tokens_reused = 0;
 };
 
 class Scheduler {
@@ -172,10 +198,11 @@ class Scheduler {
   // before the step.
   void abandon_step();
 
-  // End a live sequence (queued, prefilling or decoding) and free its pages at once. finish() counts
-  // it as completed with `reason` (the caller's stop-string check uses kStopString); cancel() as
-  // cancelled. NOT_FOUND for an unknown or already ended id. Pages freed while a step is in flight
-  // are only reused by later steps, which start after that step completes.
+  // End a live sequence (queued, prefilling or decoding) and release its pages at once (those holding
+  // computed KV stay cached when prefix reuse is on). finish() counts it as completed with `reason`
+  // (the caller's stop-string check uses kStopString); cancel() as cancelled. NOT_FOUND for an
+  // unknown or already ended id. Pages released while a step is in flight are only reused by later
+  // steps, which start after that step completes.
   absl::Status finish(SeqId id, FinishReason reason);
   absl::Status cancel(SeqId id);
   // Cancels every live sequence (e.g. when a worker died); returns their ids in arrival order.
@@ -191,9 +218,13 @@ class Scheduler {
   bool idle() const { return seqs_.empty(); }
   SchedulerStats stats() const;
 
-  // OK, or INTERNAL describing the first broken invariant: every page is free or held by exactly
-  // one running sequence; queued sequences hold no pages; each running sequence's pages cover its
-  // computed positions and never exceed what its last position needs; at most max_batch run.
+  // OK, or INTERNAL describing the first broken invariant: every page is free, or held with a
+  // reference count equal to the running sequences holding it, or cached (see PrefixCache::check:
+  // entries hash their tokens, nothing leaks); a page a sequence holds twice, or one it shares
+  // with another that is not full and before both sequences' computed positions, is an error; an
+  // indexed page holds the tokens of every sequence holding it, at computed positions only; queued
+  // sequences hold no pages; each running sequence's pages cover its computed positions and never
+  // exceed what its last position needs; at most max_batch run.
   absl::Status check_invariants() const;
 
  private:
@@ -203,6 +234,7 @@ class Scheduler {
     int32_t prompt_len = 0;
     int32_t num_computed = 0;  // positions whose KV is written (tokens[0, num_computed))
     std::vector<int32_t> pages;
+    PrefixChain chain;  // its place in the prefix cache's index
     bool running = false;
     bool sent = false;  // in a step since last (re)admission: workers hold state for it
 
@@ -214,6 +246,7 @@ class Scheduler {
 
   struct InFlightEntry {
     SeqId seq_id;
+    int32_t start_pos;
     int32_t num_tokens;
     bool sample;
   };
@@ -221,18 +254,24 @@ class Scheduler {
     uint64_t step_id;
     int32_t decode_steps;
     std::vector<InFlightEntry> entries;
+    std::vector<SeqId> copied;  // admitted with a page copy of this step
   };
 
   int32_t reserve_pages(const Sequence& seq) const;
   int32_t step_pages(const Sequence& seq) const;
   void grow_decodes();
-  void admit();
+  // True when the head `seq`, which could reuse `reused` positions now, shares more of its tokens
+  // with a running sequence still prefilling them.
+  bool wait_for_prefix(const Sequence& seq, int32_t reused) const;
+  void admit(std::vector<PageCopy>& copies, std::vector<SeqId>& copied);
+  // Back to the queue without its pages (preemption; counted by the caller).
+  void requeue(SeqId id);
   void preempt(SeqId id);
   void end_sequence(SeqId id);
   std::optional<FinishReason> stop_reason(const Sequence& seq, int32_t token) const;
 
   SchedulerConfig config_;
-  PageAllocator pages_;
+  PrefixCache pages_;
   std::map<SeqId, Sequence> seqs_;  // every live sequence
   std::set<SeqId> queue_;           // waiting for admission; FIFO = ascending id (arrival order)
   std::set<SeqId> running_;         // admitted, holding pages
@@ -250,6 +289,8 @@ class Scheduler {
   int64_t preemptions_ = 0;
   int64_t prompt_tokens_ = 0;
   int64_t generated_tokens_ = 0;
+  int64_t prompt_tokens_computed_ = 0;
+  int64_t prompt_tokens_reused_ = 0;
 };
 
 }  // namespace exl3

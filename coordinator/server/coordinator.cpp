@@ -54,6 +54,7 @@ absl::Status Coordinator::start_control() {
   EXL3_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(options_.model_dir));
   EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(options_.model_dir));
   EXL3_ASSIGN_OR_RETURN(footprint_, build_model_footprint(config, options_.backend, &tensors));
+  EXL3_RETURN_IF_ERROR(footprint_.set_cache_bits(options_.cache_bits));
   EXL3_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_model_dir(options_.model_dir));
   tokenizer_.emplace(std::move(tok));
   if (options_.max_seq_len <= 0) options_.max_seq_len = config.max_position_embeddings;
@@ -151,6 +152,8 @@ absl::Status Coordinator::start_serving() {
     l->set_max_step_tokens(static_cast<int32_t>(step.tokens));
     l->set_max_seqs(static_cast<int32_t>(step.seqs));
     l->set_max_logit_rows(static_cast<int32_t>(step.logit_rows));
+    l->set_cache_k_bits(options_.cache_bits.k);
+    l->set_cache_v_bits(options_.cache_bits.v);
     if (cuda) {
       l->set_cap_bytes(static_cast<int64_t>(caps[r]));
       l->set_device_cap_bytes(static_cast<int64_t>(caps[r] > outside ? caps[r] - outside : caps[r]));
@@ -191,6 +194,7 @@ absl::Status Coordinator::start_serving() {
   sc.prefill_chunk = options_.prefill_chunk;
   sc.max_queue = options_.max_queue;
   sc.decode_steps = options_.decode_steps;
+  sc.prefix_cache = options_.prefix_cache;
   EXL3_RETURN_IF_ERROR(validate_scheduler_config(sc));
   loop_ = std::make_unique<ServingLoop>(*tokenizer_, group_, sc, options_.step_timeout,
                                         [this](const absl::Status& s) { on_group_failure(s); });
@@ -215,6 +219,8 @@ absl::Status Coordinator::start_serving() {
   info.set_max_context(static_cast<int32_t>(options_.max_seq_len));
   info.set_split_mode(plan_mode_name(options_.mode));
   info.set_model_dir(options_.model_dir);
+  info.set_cache_k_bits(options_.cache_bits.k);
+  info.set_cache_v_bits(options_.cache_bits.v);
   if (tokenizer_->bos_id()) info.set_bos_token_id(*tokenizer_->bos_id());
   for (int32_t id : limits.eos_token_ids) info.add_eos_token_ids(id);
   const auto regs = group_->registrations();

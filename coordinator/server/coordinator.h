@@ -51,9 +51,13 @@ struct CoordinatorOptions {
   // full-length sequence); > 0 = that many (rounded up to whole pages) or refused.
   int64_t cache_tokens = 0;
   int64_t page_size = 256;
+  // KV cache widths of keys and values (--cache-bits): the planner prices pages at them and every
+  // worker stores its cache at them (16 = full precision, 2..8 = quantized).
+  KvCacheBits cache_bits{};
   int32_t prefill_chunk = 256;
   int32_t max_queue = 256;
   int32_t decode_steps = 1;
+  bool prefix_cache = true;  // reuse KV pages of common prompt prefixes (SchedulerConfig::prefix_cache)
   std::chrono::milliseconds worker_timeout{60000};   // all workers registered and connected
   std::chrono::milliseconds load_timeout{600000};    // shards loaded
   std::chrono::milliseconds step_timeout{60000};     // one step on every rank

@@ -21,7 +21,7 @@ void on_signal(int) { g_stop_signal = true; }
 int main(int argc, char** argv) {
   exl3::limit_malloc_arenas();
   exl3::CoordinatorOptions o;
-  std::string mode = "tp", split, backend = "cpu";
+  std::string mode = "tp", split, backend = "cpu", cache_bits = "16,16";
   CLI::App app{"exl3-coordinator: serves the gRPC generate API and drives workers that dial in"};
   app.add_option("--model", o.model_dir, "Model directory (config.json, *.safetensors, tokenizer.json)")->required();
   app.add_option("--world", o.world_size, "Number of workers that will register")->required()->check(CLI::PositiveNumber);
@@ -45,7 +45,15 @@ int main(int argc, char** argv) {
                  "refused when the caps cannot hold it. Default: --max-batch full-length sequences, or the most that "
                  "fits the caps (at least one)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--cache-bits", cache_bits,
+                 "KV cache widths K,V (a single N means N,N): each 2..8 = quantized to that many bits per element, or "
+                 "16 = full precision (F16 on GPUs, F32 on CPU workers); sent to every worker, and the planner prices "
+                 "pages at these widths")
+      ->capture_default_str();
   app.add_option("--decode-steps", o.decode_steps, "Decode iterations per worker command")->capture_default_str();
+  app.add_flag("--prefix-cache,!--no-prefix-cache", o.prefix_cache,
+               "Reuse KV pages of prompt prefixes computed before; --no-prefix-cache or --prefix-cache=false: off")
+      ->capture_default_str();
   std::string cluster_secret_file;
   app.add_option("--cluster-secret-file", cluster_secret_file,
                  "File holding the secret every worker must present on the control plane (give the same file to every "
@@ -71,6 +79,12 @@ int main(int argc, char** argv) {
                  o.control_host.c_str());
   }
   o.mode = *exl3::parse_plan_mode(mode);
+  if (const auto bits = exl3::parse_kv_cache_bits(cache_bits, "--cache-bits"); bits.ok()) {
+    o.cache_bits = *bits;
+  } else {
+    std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(bits.status().message()).c_str());
+    return 2;
+  }
   o.backend = *exl3::parse_backend(backend);
   if (!split.empty()) {
     const auto gibs = exl3::parse_gib_list(split);

@@ -68,6 +68,18 @@ grpc::Status InferenceService::run(grpc::ServerContext* context, const v1::Gener
     out.set_request_id(request_id);
     out.set_text(chunk->text);
     out.mutable_token_ids()->Add(chunk->tokens.begin(), chunk->tokens.end());
+    if (chunk->logprobs.size() == chunk->tokens.size()) {
+      for (size_t i = 0; i < chunk->tokens.size(); ++i) {
+        v1::TokenLogprobs* lp = out.add_logprobs();
+        lp->set_token_id(chunk->tokens[i]);
+        lp->set_logprob(chunk->logprobs[i].logprob);
+        for (const TokenAlternative& a : chunk->logprobs[i].top) {
+          v1::TokenAlternative* alt = lp->add_top();
+          alt->set_token_id(a.id);
+          alt->set_logprob(a.logprob);
+        }
+      }
+    }
     if (chunk->done) {
       out.set_finish_reason(finish_to_proto(*chunk->finish));
       v1::Usage* u = out.mutable_usage();
@@ -85,6 +97,7 @@ grpc::Status InferenceService::run(grpc::ServerContext* context, const v1::Gener
     } else {
       aggregate.mutable_text()->append(out.text());
       aggregate.mutable_token_ids()->MergeFrom(out.token_ids());
+      aggregate.mutable_logprobs()->MergeFrom(out.logprobs());
       if (chunk->done) {
         aggregate.set_finish_reason(out.finish_reason());
         *aggregate.mutable_usage() = out.usage();
@@ -154,9 +167,15 @@ grpc::Status InferenceService::Stats(grpc::ServerContext* context, const v1::Sta
   response->set_generated_tokens(s.generated_tokens);
   response->set_recent_tokens_per_s(t.recent_tokens_per_s);
   response->set_mean_tokens_per_s(t.mean_tokens_per_s);
-  response->set_free_kv_pages(s.free_pages);
+  response->set_free_kv_pages(s.free_pages + s.cached_pages);  // cached pages are evicted on demand
   response->set_total_kv_pages(s.total_pages);
   response->set_uptime_s(t.uptime_s);
+  response->set_prompt_tokens_computed(s.prompt_tokens_computed);
+  response->set_prompt_tokens_reused(s.prompt_tokens_reused);
+  const int64_t run = s.prompt_tokens_computed + s.prompt_tokens_reused;
+  response->set_prefix_cache_hit_rate(run > 0 ? static_cast<double>(s.prompt_tokens_reused) / run : 0.0);
+  response->set_shared_kv_pages(s.shared_pages);
+  response->set_cached_kv_pages(s.cached_pages);
   if (stats_extra_) stats_extra_(response);
   return grpc::Status::OK;
 }

@@ -1,6 +1,8 @@
 // Admission of Generate requests (request_admission.h).
 #include "coordinator/server/request_admission.h"
 
+#include <algorithm>
+#include <string>
 #include <variant>
 #include <vector>
 
@@ -25,6 +27,21 @@ GenerateParams params_from_proto(const v1::GenerateRequest& r) {
   if (s.has_presence_penalty()) p.sampling.presence_penalty = s.presence_penalty();
   if (s.has_frequency_penalty()) p.sampling.frequency_penalty = s.frequency_penalty();
   if (s.has_seed()) p.sampling.seed = s.seed();
+  for (const auto& [id, bias] : s.logit_bias()) p.sampling.logit_bias.push_back({id, bias});
+  p.sampling.banned_token_ids.assign(s.banned_token_ids().begin(), s.banned_token_ids().end());
+  if (s.has_dry_multiplier()) p.sampling.dry_multiplier = s.dry_multiplier();
+  if (s.has_dry_base()) p.sampling.dry_base = s.dry_base();
+  if (s.has_dry_allowed_length()) p.sampling.dry_allowed_length = s.dry_allowed_length();
+  if (s.has_dry_range()) p.sampling.dry_range = s.dry_range();
+  if (s.has_dry_sequence_breakers()) {
+    p.sampling.dry_sequence_breakers.emplace(s.dry_sequence_breakers().strings().begin(),
+                                             s.dry_sequence_breakers().strings().end());
+  }
+  if (s.has_typical_p()) p.sampling.typical_p = s.typical_p();
+  if (s.has_xtc_threshold()) p.sampling.xtc_threshold = s.xtc_threshold();
+  if (s.has_xtc_probability()) p.sampling.xtc_probability = s.xtc_probability();
+  if (s.has_temperature_last()) p.sampling.temperature_last = s.temperature_last();
+  if (s.has_logprobs()) p.sampling.logprobs = s.logprobs();
   const v1::StoppingCriteria& st = r.stopping();
   if (st.has_max_new_tokens()) p.stopping.max_new_tokens = st.max_new_tokens();
   p.stopping.stop_strings.assign(st.stop_strings().begin(), st.stop_strings().end());
@@ -67,6 +84,15 @@ absl::StatusOr<ValidatedRequest> admit_request(const v1::GenerateRequest& reques
   const int64_t room = static_cast<int64_t>(limits.max_context) - static_cast<int64_t>(prompt_ids.size());
   if (!params.stopping.max_new_tokens && request_limits.max_new_tokens < room) {
     params.stopping.max_new_tokens = request_limits.max_new_tokens;
+  }
+  // DRY's breaker strings as token ids, once per request and only when DRY is on.
+  if (params.sampling.dry_multiplier.value_or(0.0f) > 0.0f) {
+    const std::vector<std::string>& breakers = dry_sequence_breakers(params.sampling);
+    if (breakers.size() <= 64) {  // validate_request refuses more
+      params.sampling.dry_breaker_ids =
+          dry_breaker_ids(breakers, std::min(tokenizer.vocab_size(), limits.vocab_size),
+                          [&](int32_t id) { return tokenizer.token_bytes(id); });
+    }
   }
   return validate_request(params, limits, prompt_ids, random_seed);
 }

@@ -3,11 +3,13 @@
 
 namespace exl3 {
 
-void RequestChannel::push(const std::string& text, const std::vector<int32_t>& tokens) {
+void RequestChannel::push(const std::string& text, const std::vector<int32_t>& tokens,
+                          const std::vector<TokenLogprobs>& logprobs) {
   std::lock_guard lock(mu_);
   if (pending_.done) return;
   pending_.text += text;
   pending_.tokens.insert(pending_.tokens.end(), tokens.begin(), tokens.end());
+  pending_.logprobs.insert(pending_.logprobs.end(), logprobs.begin(), logprobs.end());
   has_news_ = true;
   cv_.notify_all();
 }
@@ -37,6 +39,7 @@ std::optional<GenerationChunk> RequestChannel::take(std::chrono::milliseconds ti
   GenerationChunk out = pending_;
   pending_.text.clear();
   pending_.tokens.clear();
+  pending_.logprobs.clear();
   has_news_ = false;
   return out;
 }

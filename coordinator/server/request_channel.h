@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "coordinator/scheduler/request.h"
+#include "kernels/sampling.h"
 
 namespace exl3 {
 
@@ -26,6 +27,8 @@ struct GenerationUsage {
 struct GenerationChunk {
   std::string text;
   std::vector<int32_t> tokens;
+  // Per token of `tokens` when the request asked for logprobs (sampling.logprobs > 0), else empty.
+  std::vector<TokenLogprobs> logprobs;
   bool done = false;
   std::optional<FinishReason> finish;  // set when done without error
   GenerationUsage usage;
@@ -34,7 +37,8 @@ struct GenerationChunk {
 
 class RequestChannel {
  public:
-  void push(const std::string& text, const std::vector<int32_t>& tokens);
+  void push(const std::string& text, const std::vector<int32_t>& tokens,
+            const std::vector<TokenLogprobs>& logprobs = {});
   void finish(FinishReason reason, const GenerationUsage& usage);
   void fail(const absl::Status& error);
   // Everything pushed since the last take, waiting up to `timeout` for something new. Returns

@@ -18,6 +18,11 @@ pb::Command step_command(const StepPlan& plan) {
   pb::Step* step = cmd.mutable_step();
   step->set_step_id(plan.step_id);
   step->set_decode_steps(plan.decode_steps);
+  for (const PageCopy& c : plan.page_copies) {
+    pb::PageCopy* copy = step->add_page_copies();
+    copy->set_src(c.src);
+    copy->set_dst(c.dst);
+  }
   for (const SequencePlan& s : plan.sequences) {
     pb::SequenceStep* q = step->add_sequences();
     q->set_seq_id(s.seq_id);
@@ -26,7 +31,10 @@ pb::Command step_command(const StepPlan& plan) {
     q->mutable_page_table()->Add(s.page_table.begin(), s.page_table.end());
     q->set_sample(s.sample);
     *q->mutable_sampling() = sampling_to_proto(s.sampling);
+    // DRY's breaker ids travel with prefill chunks only; the worker keeps them (worker.proto).
+    if (s.start_pos >= s.prompt_len) q->mutable_sampling()->clear_dry_breakers();
     q->set_prompt_len(s.prompt_len);
+    q->mutable_history_prefix()->Add(s.history_prefix.begin(), s.history_prefix.end());
   }
   return cmd;
 }
@@ -139,6 +147,13 @@ absl::Status ServingLoop::run_step(const StepPlan& plan, StepOutcome* outcome) {
   for (const auto& s : first.sequences()) {
     outcome->sequences.push_back({s.seq_id(), {s.token_ids().begin(), s.token_ids().end()}});
   }
+  // Logprobs come from the ranks that compute the head (any one of them).
+  step_logprobs_.clear();
+  for (const pb::CommandResult& r : results) {
+    for (const auto& s : r.step().sequences()) {
+      if (s.logprobs_size() > 0 && !step_logprobs_.contains(s.seq_id())) step_logprobs_[s.seq_id()] = logprobs_from_proto(s);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -174,7 +189,11 @@ void ServingLoop::apply_updates(const std::vector<SequenceUpdate>& updates) {
     std::string delta;
     for (int32_t t : u.new_tokens) delta += live.detokenizer->push(t);
     const StopStringFilter::Result r = live.stops->append(delta);
-    if (!r.emit.empty() || !u.new_tokens.empty()) live.channel->push(r.emit, u.new_tokens);
+    std::vector<TokenLogprobs> logprobs;
+    if (auto lp = step_logprobs_.find(u.seq_id); lp != step_logprobs_.end() && lp->second.size() >= u.new_tokens.size()) {
+      logprobs.assign(lp->second.begin(), lp->second.begin() + static_cast<std::ptrdiff_t>(u.new_tokens.size()));
+    }
+    if (!r.emit.empty() || !u.new_tokens.empty()) live.channel->push(r.emit, u.new_tokens, logprobs);
     if (r.stopped) {
       (void)scheduler_.finish(u.seq_id, FinishReason::kStopString);
       end_live(u.seq_id, FinishReason::kStopString);

@@ -72,6 +72,9 @@ class ServingLoop {
   void run();
   absl::Status run_step(const StepPlan& plan, StepOutcome* outcome);
   void apply_updates(const std::vector<SequenceUpdate>& updates);
+  // Logprobs the last step's workers reported, per sequence (step thread only; run_step fills,
+  // apply_updates hands the first new_tokens.size() of them to the channel).
+  std::map<SeqId, std::vector<TokenLogprobs>> step_logprobs_;
   void end_live(SeqId id, FinishReason reason);
   void fail_all(const absl::Status& status);
   // Fails the sequences of a step whose result was rejected (they cannot go on: the workers'

@@ -24,6 +24,42 @@ void check_f32(const Tensor& t, const char* what) {
   EXL3_CHECK(t.dtype() == DType::kF32, what, " must be F32, got ", dtype_name(t.dtype()));
 }
 
+// One side of a cache: F32 pages [num_pages, page_size, kv_heads, head_dim] at 16 bits, or I32 words
+// [num_pages, page_size, row / 32 · bits] and F16 scales [num_pages, page_size, row / 32] at 2..8.
+// Returns the side's page count.
+int64_t check_cache_side(const Tensor& pages, const Tensor& words, const Tensor& scales, int bits, const PagedKv& c,
+                         const char* what) {
+  if (bits == 16) {
+    check_f32(pages, what);
+    EXL3_CHECK(pages.rank() == 4 && pages.dim(1) == c.page_size && pages.dim(2) == c.kv_heads &&
+                   pages.dim(3) == c.head_dim,
+               what, " pages ", shape_string(pages.shape()), " for page_size ", c.page_size, " kv_heads ", c.kv_heads,
+               " head_dim ", c.head_dim);
+    return pages.dim(0);
+  }
+  const int64_t row = c.kv_heads * c.head_dim;
+  EXL3_CHECK(bits >= 2 && bits <= 8 && row % 32 == 0, what, ": bits ", bits, " (2..8 or 16) with a row of ", row,
+             " (a multiple of 32 when quantized)");
+  check_host(words, what);
+  check_host(scales, what);
+  EXL3_CHECK(words.dtype() == DType::kI32 && words.rank() == 3 && words.dim(1) == c.page_size &&
+                 words.dim(2) == row / 32 * bits,
+             what, " words ", dtype_name(words.dtype()), shape_string(words.shape()), " for ", bits,
+             " bits of a row of ", row);
+  EXL3_CHECK(scales.dtype() == DType::kF16 && scales.rank() == 3 && scales.dim(0) == words.dim(0) &&
+                 scales.dim(1) == c.page_size && scales.dim(2) == row / 32,
+             what, " scales ", dtype_name(scales.dtype()), shape_string(scales.shape()));
+  return words.dim(0);
+}
+
+void check_cache(const PagedKv& c) {
+  EXL3_CHECK(c.kv_heads > 0 && c.head_dim > 0 && c.page_size > 0 && c.window >= 0, "cache: kv_heads ", c.kv_heads,
+             " head_dim ", c.head_dim, " page_size ", c.page_size, " window ", c.window);
+  const int64_t k = check_cache_side(c.k_pages, c.k_words, c.k_scales, c.k_bits, c, "cache keys");
+  const int64_t v = check_cache_side(c.v_pages, c.v_words, c.v_scales, c.v_bits, c, "cache values");
+  EXL3_CHECK_EQ(k, v, "cache: key and value page counts");
+}
+
 CpuPagedBatch paged_batch(const StepMeta& m) {
   return CpuPagedBatch{static_cast<const int32_t*>(m.positions.raw()), static_cast<const int32_t*>(m.token_seq.raw()),
                        static_cast<const int32_t*>(m.page_table.raw()), m.num_tokens, m.num_seqs, m.max_pages};
@@ -199,8 +235,8 @@ class CpuBackend final : public Backend {
   void kv_write(PagedKv& cache, const Tensor& k, const Tensor& v, const StepMeta& meta) override {
     check_f32(k, "kv_write k");
     check_f32(v, "kv_write v");
-    check_f32(cache.k_pages, "kv_write cache");
-    const int64_t row = cache.k_pages.dim(2) * cache.k_pages.dim(3);
+    check_cache(cache);
+    const int64_t row = cache.kv_heads * cache.head_dim;
     EXL3_CHECK(k.numel() == meta.num_tokens * row && v.numel() == k.numel(), "kv_write: k ", shape_string(k.shape()),
                " for ", meta.num_tokens, " tokens of ", row);
     kv_write_cpu(cache, static_cast<const float*>(k.raw()), static_cast<const float*>(v.raw()), paged_batch(meta));
@@ -209,9 +245,11 @@ class CpuBackend final : public Backend {
   void attention(const Tensor& q, const PagedKv& cache, const StepMeta& meta, Tensor& out) override {
     check_f32(q, "attention q");
     check_f32(out, "attention out");
-    EXL3_CHECK(q.rank() == 3 && q.dim(0) == meta.num_tokens && q.dim(2) == cache.k_pages.dim(3) &&
-                   q.dim(1) % cache.k_pages.dim(2) == 0 && out.shape() == q.shape(),
-               "attention: q ", shape_string(q.shape()), " cache ", shape_string(cache.k_pages.shape()));
+    check_cache(cache);
+    EXL3_CHECK(q.rank() == 3 && q.dim(0) == meta.num_tokens && q.dim(2) == cache.head_dim &&
+                   q.dim(1) % cache.kv_heads == 0 && out.shape() == q.shape(),
+               "attention: q ", shape_string(q.shape()), " over kv_heads ", cache.kv_heads, " head_dim ",
+               cache.head_dim);
     attention_cpu(static_cast<const float*>(q.raw()), cache, paged_batch(meta), q.dim(1),
                   static_cast<float*>(out.mutable_raw()));
   }
@@ -251,8 +289,16 @@ class CpuBackend final : public Backend {
     int32_t* ids = static_cast<int32_t*>(out.mutable_raw());
     for (int64_t i = 0; i < rows; ++i) {
       const SampleRow& row = batch.rows[i];
-      ids[i] = sample_cpu(std::span<const float>(logits.data<float>() + i * vocab, vocab), row.params, row.prompt_ids,
-                          row.output_ids, row.position);
+      const std::span<const float> row_logits(logits.data<float>() + i * vocab, vocab);
+      ids[i] = sample_cpu(row_logits, row.params, row.prompt_ids, row.output_ids, row.position);
+      if (row.params.logprobs > 0) {
+        EXL3_CHECK(batch.logprobs != nullptr && batch.logprobs->dtype() == DType::kF32 &&
+                       batch.logprobs->rank() == 2 && batch.logprobs->dim(0) == rows &&
+                       batch.logprobs->dim(1) == kLogprobWidth && vocab < (1 << 24),
+                   "sample: row ", i, " asks for logprobs without an F32 [rows, ", kLogprobWidth, "] output");
+        write_logprob_row(token_logprobs_ref(row_logits, ids[i], row.params.logprobs),
+                       batch.logprobs->mutable_data<float>() + i * kLogprobWidth);
+      }
     }
   }
 

@@ -42,10 +42,16 @@ struct CpuPagedBatch {
   const int32_t* page_table = nullptr;  // [num_seqs, max_pages]
   int64_t tokens = 0, num_seqs = 0, max_pages = 0;
 };
-// kv_write_ref for every token of the batch.
+// §9 quantization of `groups` consecutive 32-element groups of `row` at `bits` (2..8): `bits` words
+// and one fp16 scale per group; bit-equal to kv_quantize_group_ref.
+void kv_quantize_row_cpu(const float* row, int64_t groups, int bits, uint32_t* words, uint16_t* scales);
+// The inverse for `groups` groups: 32 fp16-rounded values each; bit-equal to kv_dequantize_group_ref.
+void kv_dequantize_cpu(const uint32_t* words, const uint16_t* scales, int bits, int64_t groups, float* out);
+// kv_write_ref for every token of the batch (full-precision sides copied, quantized ones quantized).
 void kv_write_cpu(PagedKv& cache, const float* k, const float* v, const CpuPagedBatch& batch);
-// attention_ref for every token of the batch (BLAS per sequence and KV head); q, out [tokens, heads,
-// head_dim].
+// attention_ref for every token of the batch (BLAS per sequence and KV head over the keys the
+// sequence's tokens can see, quantized rows dequantized as they are gathered); q, out [tokens,
+// heads, head_dim].
 void attention_cpu(const float* q, const PagedKv& cache, const CpuPagedBatch& batch, int64_t heads, float* out);
 
 // The represented EXL3 weight W (F32 [k, n]) of exl3-format.md §3, computed in fp32 at load.

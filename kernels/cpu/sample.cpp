@@ -10,7 +10,7 @@ namespace exl3 {
 int32_t sample_cpu(std::span<const float> logits, const SamplingParams& params, std::span<const int32_t> prompt_ids,
                    std::span<const int32_t> output_ids, int64_t position) {
   EXL3_CHECK(position >= 0, "sample position ", position);
-  const SampleDistribution dist = sampling_distribution(logits, params, prompt_ids, output_ids);
+  const SampleDistribution dist = sampling_distribution(logits, params, prompt_ids, output_ids, position);
   const int32_t vocab = static_cast<int32_t>(dist.probs.size());
   // Greedy: the one admissible token, no randomness.
   if (params.temperature == 0.0f) {

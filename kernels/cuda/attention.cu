@@ -13,6 +13,10 @@
 //     over the whole GPU.
 // Both kinds of token can share a batch; each kernel skips the tokens of the other. Every key loop
 // is bounded by the token's position, itself checked against max_position and the page table.
+// With a sliding window, keys before p - window + 1 are masked (prefill), skipped by the splits
+// that lie wholly before the window (decode: no partials written, and the merge starts at the
+// first split inside it), and never loaded before the run's earliest window start.
+// A cache with a quantized side goes to launch_attention_quant (attention_quant.cu) instead.
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -59,7 +63,13 @@ struct AttnArgs {
   int32_t page_size, max_position;
   float scale_log2;
   int32_t splits, chunk;  // decode: keys [s · chunk, (s + 1) · chunk) go to split s
+  int32_t window;         // 0: full causal
 };
+
+// First key position a token at `pos` sees.
+__device__ __forceinline__ int32_t window_start(const AttnArgs& a, int32_t pos) {
+  return a.window > 0 ? max(0, pos - a.window + 1) : 0;
+}
 
 // A token whose neighbours in the batch belong to other sequences: the decode kernel's.
 __device__ __forceinline__ bool is_single(const AttnArgs& a, int64_t t) {
@@ -140,19 +150,26 @@ __global__ void __launch_bounds__(kPrefillThreads) attention_prefill_kernel(cons
     while (run_end < last_token && a.token_seq[run_end + 1] == seq) ++run_end;
     const bool single = run_end == run_begin && is_single(a, run_begin);
     if (!single) {
-      int32_t run_max = 0;
-      for (int64_t t = run_begin; t <= run_end; ++t) run_max = max(run_max, checked_position(a, t));
-      int32_t limit[2];
+      int32_t run_max = 0, run_min_start = a.max_position;
+      for (int64_t t = run_begin; t <= run_end; ++t) {
+        const int32_t pos = checked_position(a, t);
+        run_max = max(run_max, pos);
+        run_min_start = min(run_min_start, window_start(a, pos));
+      }
+      int32_t limit[2], lower[2];
       for (int r = 0; r < 2; ++r) {
         const bool in_run = row_token[r] >= run_begin && row_token[r] <= run_end;
         limit[r] = in_run ? a.positions[row_token[r]] : -1;
+        lower[r] = in_run ? window_start(a, limit[r]) : run_max + 1;
       }
       int32_t warp_limit = max(limit[0], limit[1]);
+      int32_t warp_lower = min(lower[0], lower[1]);
       for (int offset = 16; offset > 0; offset /= 2) {
         warp_limit = max(warp_limit, __shfl_xor_sync(0xFFFFFFFFu, warp_limit, offset));
+        warp_lower = min(warp_lower, __shfl_xor_sync(0xFFFFFFFFu, warp_lower, offset));
       }
-      attend_range<D, kPrefillThreads>(smem, kv_source<D>(a, seq, kv_head), 0, run_max + 1, qf, limit, warp_limit,
-                                       a.scale_log2, st);
+      attend_range<D, kPrefillThreads>(smem, kv_source<D>(a, seq, kv_head), run_min_start, run_max + 1, qf, limit,
+                                       lower, warp_limit, warp_lower, a.scale_log2, st);
     }
     run_begin = run_end + 1;
   }
@@ -170,9 +187,11 @@ __global__ void __launch_bounds__(32) attention_decode_kernel(const AttnArgs a) 
   const int64_t head_tile = blockIdx.y % head_tiles;
   const int32_t split = static_cast<int32_t>(blockIdx.z);
   const int32_t pos = checked_position(a, t);
-  const int32_t begin = split * a.chunk;
-  if (begin > pos) return;  // this split lies past the token's context (the merge knows)
-  const int32_t end = min(begin + a.chunk, pos + 1);
+  const int32_t first_key = window_start(a, pos);
+  // Splits past the token's context or wholly before its window hold nothing (the merge knows).
+  if (split * a.chunk > pos || split < first_key / a.chunk) return;
+  const int32_t begin = max(split * a.chunk, first_key);
+  const int32_t end = min(split * a.chunk + a.chunk, pos + 1);
   const int lane = static_cast<int>(threadIdx.x);
 
   int64_t head[2];
@@ -188,8 +207,9 @@ __global__ void __launch_bounds__(32) attention_decode_kernel(const AttnArgs a) 
   load_q_fragment<D>(qf, q_row[0], q_row[1]);
   WarpSoftmax<D> st;
   st.init();
-  attend_range<D, 32>(smem, kv_source<D>(a, a.token_seq[t], kv_head), begin, end, qf, limit, end - 1, a.scale_log2,
-                      st);
+  const int32_t lower[2] = {begin, begin};
+  attend_range<D, 32>(smem, kv_source<D>(a, a.token_seq[t], kv_head), begin, end, qf, limit, lower, end - 1, begin,
+                      a.scale_log2, st);
 
   if (a.splits == 1) {
     __half* out0 = head[0] >= 0 ? a.out + (t * a.heads + head[0]) * D : nullptr;
@@ -225,15 +245,16 @@ __global__ void attention_merge_kernel(const AttnArgs a, int head_dim) {
   if (!is_single(a, t)) return;
   const int32_t pos = checked_position(a, t);
   const int32_t used = min(a.splits, pos / a.chunk + 1);
+  const int32_t skipped = window_start(a, pos) / a.chunk;  // splits wholly before the window
   const int64_t first = (t * a.heads + h) * a.splits;
   const float* ml = a.scratch;
   const float* acc = a.scratch + 2 * a.tokens * a.heads * a.splits;
   float m_max = -INFINITY;
-  for (int32_t s = 0; s < used; ++s) m_max = fmaxf(m_max, ml[2 * (first + s)]);
+  for (int32_t s = skipped; s < used; ++s) m_max = fmaxf(m_max, ml[2 * (first + s)]);
   const float m_use = m_max == -INFINITY ? 0.0f : m_max;
   const int d = static_cast<int>(threadIdx.x);
   float sum = 0.0f, value = 0.0f;
-  for (int32_t s = 0; s < used; ++s) {
+  for (int32_t s = skipped; s < used; ++s) {
     const float w = exp2f(ml[2 * (first + s)] - m_use);
     sum += w * ml[2 * (first + s) + 1];
     value += w * acc[(first + s) * head_dim + d];
@@ -290,7 +311,8 @@ int64_t attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim
   return std::min(tokens * heads * kMaxSplits, 2 * kTargetRows) * (head_dim + 2);
 }
 
-// Contract: tokens >= 0; heads > 0, kv_heads > 0, heads % kv_heads == 0; head_dim 64 or 128;
+// Contract: k_bits = v_bits = 16 here (otherwise launch_attention_quant's contract applies);
+// window >= 0; tokens >= 0; heads > 0, kv_heads > 0, heads % kv_heads == 0; head_dim 64 or 128;
 // scale > 0 (1/sqrt(head_dim) for attention_ref); num_pages > 0; batch.page_size > 0,
 // batch.num_seqs > 0, batch.max_pages > 0, batch.max_position >= every position; q, out F16
 // [tokens, heads, head_dim] (4-byte aligned, not overlapping); k_pages, v_pages F16 [num_pages,
@@ -301,7 +323,12 @@ int64_t attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim
 // context is split; may be null when that cannot happen, which is checked). tokens·heads and
 // max_position + 1 below 2^31.
 void launch_attention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.k_bits != 16 || p.v_bits != 16) {
+    launch_attention_quant(p, stream);
+    return;
+  }
   const PagedBatch& b = p.batch;
+  EXL3_CHECK(p.window >= 0 && p.window <= std::numeric_limits<int32_t>::max(), "attention: window ", p.window);
   EXL3_CHECK(b.tokens >= 0 && b.tokens * std::max<int64_t>(p.heads, 1) <= std::numeric_limits<int32_t>::max(),
              "attention: tokens ", b.tokens, " heads ", p.heads);
   EXL3_CHECK(p.heads > 0 && p.kv_heads > 0 && p.heads % p.kv_heads == 0, "attention: heads ", p.heads,
@@ -336,7 +363,8 @@ void launch_attention(const AttentionParams& p, cudaStream_t stream) {
                       b.tokens,     b.num_seqs,   b.max_pages,       p.num_pages,
                       p.heads,      p.kv_heads,   p.heads / p.kv_heads,
                       static_cast<int32_t>(b.page_size), b.max_position, p.scale * kLog2e,
-                      static_cast<int32_t>(plan.splits), static_cast<int32_t>(plan.chunk)};
+                      static_cast<int32_t>(plan.splits), static_cast<int32_t>(plan.chunk),
+                      static_cast<int32_t>(p.window)};
   if (p.head_dim == 64) {
     launch_for_head_dim<64>(args, stream);
   } else {

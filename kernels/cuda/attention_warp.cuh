@@ -168,11 +168,12 @@ __device__ __forceinline__ void load_q_fragment(uint32_t (&qf)[D / 16][4], const
 }
 
 // One online-softmax step of the warp's rows over the 32 keys in kbuf/vbuf, whose first key is
-// at position `start`. Row r (0: g, 1: g+8) sees keys at positions <= limit[r] (-1: none).
+// at position `start`. Row r (0: g, 1: g+8) sees keys at positions lower[r] <= p <= limit[r]
+// (limit -1: none; lower is the sliding window's start, 0 without one).
 template <int D>
 __device__ __forceinline__ void attend_block(const uint32_t (&qf)[D / 16][4], const __half* kbuf, const __half* vbuf,
-                                             int32_t start, const int32_t (&limit)[2], float scale_log2,
-                                             WarpSoftmax<D>& st) {
+                                             int32_t start, const int32_t (&limit)[2], const int32_t (&lower)[2],
+                                             float scale_log2, WarpSoftmax<D>& st) {
   constexpr int kStride = row_stride<D>();
   const int lane = static_cast<int>(threadIdx.x) % 32;
   const int mat = lane / 8;  // which 8x8 matrix of an x4 ldmatrix this lane addresses
@@ -204,7 +205,7 @@ __device__ __forceinline__ void attend_block(const uint32_t (&qf)[D / 16][4], co
     for (int e = 0; e < 4; ++e) {
       const int32_t key = start + nt * 8 + c + (e % 2);
       const int r = e / 2;
-      s[nt][e] = key <= limit[r] ? s[nt][e] * scale_log2 : -INFINITY;
+      s[nt][e] = key <= limit[r] && key >= lower[r] ? s[nt][e] * scale_log2 : -INFINITY;
       block_max[r] = fmaxf(block_max[r], s[nt][e]);
     }
   }
@@ -259,11 +260,12 @@ __device__ __forceinline__ void attend_block(const uint32_t (&qf)[D / 16][4], co
 // The warp's rows over keys [begin, end) of one sequence, 32 keys at a time through a double
 // buffer `smem` [2 buffers][K, V][block_halves<D>()] that all kThreads threads of the block fill
 // together (every thread of the block must call this with the same begin and end). A warp whose
-// rows all stop before a block (warp_limit < its first key) skips that block's math.
+// rows all stop before a block (warp_limit < its first key) or all start after it (warp_lower past
+// its last key) skips that block's math.
 template <int D, int kThreads>
 __device__ void attend_range(__half (*smem)[2][block_halves<D>()], const KvSource<D>& src, int32_t begin, int32_t end,
-                             const uint32_t (&qf)[D / 16][4], const int32_t (&limit)[2], int32_t warp_limit,
-                             float scale_log2, WarpSoftmax<D>& st) {
+                             const uint32_t (&qf)[D / 16][4], const int32_t (&limit)[2], const int32_t (&lower)[2],
+                             int32_t warp_limit, int32_t warp_lower, float scale_log2, WarpSoftmax<D>& st) {
   if (end <= begin) return;
   const int32_t blocks = (end - begin + kBlockKeys - 1) / kBlockKeys;
   load_kv_block<D, kThreads>(smem[0][0], smem[0][1], src, begin, end);
@@ -276,7 +278,9 @@ __device__ void attend_range(__half (*smem)[2][block_halves<D>()], const KvSourc
     cp_async_commit();  // possibly empty: keeps "all but one" meaning "block b has landed"
     cp_async_wait_all_but_one();
     __syncthreads();
-    if (warp_limit >= start) attend_block<D>(qf, smem[b % 2][0], smem[b % 2][1], start, limit, scale_log2, st);
+    if (warp_limit >= start && warp_lower < start + kBlockKeys) {
+      attend_block<D>(qf, smem[b % 2][0], smem[b % 2][1], start, limit, lower, scale_log2, st);
+    }
     __syncthreads();  // the buffer is refilled by the next iteration's load
   }
 }

@@ -476,35 +476,39 @@ class CudaBackend final : public Backend {
   }
 
   void kv_write(PagedKv& cache, const Tensor& k, const Tensor& v, const StepMeta& meta) override {
-    check_cache(cache);
+    const int64_t num_pages = check_cache(cache);
     check_meta(meta);
     check_dtype(k, DType::kF16, "kv_write k");
     check_dtype(v, DType::kF16, "kv_write v");
-    const int64_t kv_heads = cache.k_pages.dim(2), head_dim = cache.k_pages.dim(3);
+    const int64_t kv_heads = cache.kv_heads, head_dim = cache.head_dim;
     EXL3_CHECK(k.shape() == v.shape() && k.shape() == Shape({meta.num_tokens, kv_heads, head_dim}), "kv_write: k ",
-               shape_string(k.shape()), " v ", shape_string(v.shape()), " for ", meta.num_tokens, " tokens and pages ",
-               shape_string(cache.k_pages.shape()));
+               shape_string(k.shape()), " v ", shape_string(v.shape()), " for ", meta.num_tokens, " tokens of ",
+               kv_heads, " KV heads of ", head_dim);
     KvWriteParams p;
     p.k = ptr<__half>(k);
     p.v = ptr<__half>(v);
-    p.k_pages = mut<__half>(cache.k_pages);
-    p.v_pages = mut<__half>(cache.v_pages);
+    set_cache_sides(cache, p);
     p.kv_heads = kv_heads;
     p.head_dim = head_dim;
-    p.num_pages = cache.k_pages.dim(0);
+    p.num_pages = num_pages;
     p.batch = paged_batch(meta, cache.page_size);
     launch_kv_write(p, stream_);
   }
 
   void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq, float attention_scaling,
                      PagedKv& cache, const StepMeta& meta) override {
-    check_cache(cache);
+    if (cache.k_bits != 16 || cache.v_bits != 16) {
+      // A quantized side: rope of q and k, then the quantizing kv_write (the fused kernel copies F16).
+      Backend::rope_kv_write(q, k, v, inv_freq, attention_scaling, cache, meta);
+      return;
+    }
+    const int64_t num_pages = check_cache(cache);
     check_meta(meta);
     for (const Tensor* t : {static_cast<const Tensor*>(&q), static_cast<const Tensor*>(&k), &v}) {
       check_dtype(*t, DType::kF16, "rope_kv_write q/k/v");
     }
     check_dtype(inv_freq, DType::kF32, "rope_kv_write inv_freq");
-    const int64_t kv_heads = cache.k_pages.dim(2), head_dim = cache.k_pages.dim(3);
+    const int64_t kv_heads = cache.kv_heads, head_dim = cache.head_dim;
     EXL3_CHECK(q.rank() == 3 && q.dim(0) == meta.num_tokens && q.dim(2) == head_dim, "rope_kv_write q ",
                shape_string(q.shape()), " for ", meta.num_tokens, " tokens of head_dim ", head_dim);
     EXL3_CHECK(k.shape() == v.shape() && k.shape() == Shape({meta.num_tokens, kv_heads, head_dim}), "rope_kv_write: k ",
@@ -524,34 +528,34 @@ class CudaBackend final : public Backend {
     p.kv_heads = kv_heads;
     p.head_dim = head_dim;
     p.rotary_dim = 2 * inv_freq.numel();
-    p.num_pages = cache.k_pages.dim(0);
+    p.num_pages = num_pages;
     p.batch = paged_batch(meta, cache.page_size);
     launch_rope_kv_write(p, stream_);
   }
 
   void attention(const Tensor& q, const PagedKv& cache, const StepMeta& meta, Tensor& out) override {
-    check_cache(cache);
+    const int64_t num_pages = check_cache(cache);
     check_meta(meta);
     check_dtype(q, DType::kF16, "attention q");
     check_dtype(out, DType::kF16, "attention out");
     EXL3_CHECK(q.rank() == 3 && q.dim(0) == meta.num_tokens && out.shape() == q.shape(), "attention: q ",
                shape_string(q.shape()), " out ", shape_string(out.shape()), " for ", meta.num_tokens, " tokens");
-    const int64_t heads = q.dim(1), head_dim = q.dim(2), kv_heads = cache.k_pages.dim(2);
-    EXL3_CHECK(cache.k_pages.dim(3) == head_dim && heads % kv_heads == 0, "attention: ", heads, " heads of ", head_dim,
-               " over pages ", shape_string(cache.k_pages.shape()));
+    const int64_t heads = q.dim(1), head_dim = q.dim(2), kv_heads = cache.kv_heads;
+    EXL3_CHECK(cache.head_dim == head_dim && heads % kv_heads == 0, "attention: ", heads, " heads of ", head_dim,
+               " over ", kv_heads, " KV heads of ", cache.head_dim);
     const int64_t needed = attention_scratch_floats(meta.num_tokens, heads, head_dim);
     EXL3_CHECK(needed <= attention_scratch_floats_, "attention of ", meta.num_tokens, " tokens of ", heads,
                " heads needs ", needed, " scratch floats, ", attention_scratch_floats_, " reserved by reserve_scratch");
     if (meta.num_tokens == 0) return;
     AttentionParams p;
     p.q = ptr<__half>(q);
-    p.k_pages = ptr<__half>(cache.k_pages);
-    p.v_pages = ptr<__half>(cache.v_pages);
+    set_cache_sides(cache, p);
+    p.window = cache.window;
     p.out = mut<__half>(out);
     p.heads = heads;
     p.kv_heads = kv_heads;
     p.head_dim = head_dim;
-    p.num_pages = cache.k_pages.dim(0);
+    p.num_pages = num_pages;
     p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(head_dim)));
     p.batch = paged_batch(meta, cache.page_size);
     p.scratch = static_cast<float*>(attention_scratch_.get());
@@ -628,12 +632,24 @@ class CudaBackend final : public Backend {
       if (SampleBatch::reads_history(row.params)) {
         host_history_.insert(host_history_.end(), row.prompt_ids.begin(), row.prompt_ids.end());
         host_history_.insert(host_history_.end(), row.output_ids.begin(), row.output_ids.end());
+        for (size_t h = static_cast<size_t>(d.history_begin); h < host_history_.size(); ++h) {
+          EXL3_CHECK(host_history_[h] >= 0 && host_history_[h] < vocab, "sample: row ", i, " history token ",
+                     host_history_[h], " outside [0, ", vocab, ")");
+        }
         d.prompt_len = static_cast<int32_t>(row.prompt_ids.size());
         d.output_len = static_cast<int32_t>(row.output_ids.size());
       }
-    }
-    for (const int32_t id : host_history_) {
-      EXL3_CHECK(id >= 0 && id < vocab, "sample: history token ", id, " outside [0, ", vocab, ")");
+      d.typical_p = row.params.typical_p;
+      d.xtc_threshold = row.params.xtc_threshold;
+      d.xtc_probability = row.params.xtc_probability;
+      d.temperature_last = row.params.temperature_last ? 1 : 0;
+      d.logprobs = row.params.logprobs;
+      d.bias_begin = static_cast<int32_t>(host_history_.size());
+      d.bias_count = append_sample_biases(row.params, row.prompt_ids, row.output_ids, host_history_);
+      for (size_t b = static_cast<size_t>(d.bias_begin); b < host_history_.size(); b += 3) {
+        EXL3_CHECK(host_history_[b] >= 0 && host_history_[b] < vocab, "sample: row ", i, " biased token ",
+                   host_history_[b], " outside [0, ", vocab, ")");
+      }
     }
     stager_->stage(host_rows_.data(), sample_params_.get(), host_rows_.size() * sizeof(DeviceSampleRow));
     if (!host_history_.empty()) {
@@ -647,6 +663,18 @@ class CudaBackend final : public Backend {
     p.history = host_history_.empty() ? nullptr : static_cast<const int32_t*>(sample_history_buffer_.get());
     p.out = mut<int32_t>(out);
     p.scratch = sample_scratch_.get();
+    if (batch.logprobs != nullptr) {
+      check_dtype(*batch.logprobs, DType::kF32, "sample logprobs");
+      EXL3_CHECK(batch.logprobs->rank() == 2 && batch.logprobs->dim(0) == rows &&
+                     batch.logprobs->dim(1) == kLogprobWidth,
+                 "sample: logprobs ", shape_string(batch.logprobs->shape()));
+      p.logprobs = mut<float>(*batch.logprobs);
+      p.logprobs_stride = kLogprobWidth;
+    }
+    for (const SampleRow& row : batch.rows) {
+      EXL3_CHECK(row.params.logprobs == 0 || batch.logprobs != nullptr, "sample: a row asks for logprobs without "
+                 "SampleBatch::logprobs");
+    }
     launch_sample(p, stream_);
   }
 

@@ -1,12 +1,15 @@
 // CUDA paged KV-cache write: the device twin of kv_write_ref over a batch, one block per token
 // copying its k and v rows (kv_heads · head_dim halves) to slot pos % page_size of page
-// page_table[seq][pos / page_size]. Metadata outside the cache traps (a caller bug) instead of
-// writing out of bounds.
+// page_table[seq][pos / page_size], or, for a quantized side, quantizing them a warp per 32-element
+// group (kv_quant.cuh). Metadata outside the cache traps (a caller bug) instead of writing out of
+// bounds.
 #include <cstdint>
 #include <limits>
+#include <tuple>
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/kv_quant.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 
 namespace exl3 {
@@ -45,13 +48,53 @@ __global__ void kv_write_kernel(const KvWriteArgs a) {
   }
 }
 
+struct KvWriteQuantArgs {
+  const __half* k;
+  const __half* v;
+  KvSide k_side, v_side;
+  const int32_t* positions;
+  const int32_t* token_seq;
+  const int32_t* page_table;
+  int64_t num_seqs, max_pages, page_size, num_pages;
+  int64_t row;  // kv_heads · head_dim
+};
+
+// One token's row of one side: F16 copied by every thread, or quantized a warp per group.
+__device__ __forceinline__ void write_side(const __half* src, const KvSide& side, int64_t row, int64_t slot) {
+  if (side.bits == 16) {
+    for (int64_t i = threadIdx.x; i < row; i += blockDim.x) side.pages[slot * row + i] = src[i];
+    return;
+  }
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  const int warps = static_cast<int>(blockDim.x) / 32;
+  const int64_t groups = row / 32;
+  for (int64_t g = threadIdx.x / 32; g < groups; g += warps) {
+    kv_quant::warp_quantize_group(__half2float(src[g * 32 + lane]), side.bits, lane,
+                                  side.words + (slot * groups + g) * side.bits, side.scales + slot * groups + g);
+  }
+}
+
+__global__ void kv_write_quant_kernel(const KvWriteQuantArgs a) {
+  const int64_t t = blockIdx.x;
+  const int32_t seq = a.token_seq[t];
+  const int32_t pos = a.positions[t];
+  if (seq < 0 || seq >= a.num_seqs || pos < 0 || pos / a.page_size >= a.max_pages) __trap();
+  const int32_t page = a.page_table[seq * a.max_pages + pos / a.page_size];
+  if (page < 0 || page >= a.num_pages) __trap();
+  const int64_t slot = static_cast<int64_t>(page) * a.page_size + pos % a.page_size;
+  write_side(a.k + t * a.row, a.k_side, a.row, slot);
+  write_side(a.v + t * a.row, a.v_side, a.row, slot);
+}
+
 bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
 }  // namespace
 
 // Contract: tokens >= 0 (< 2^31), kv_heads > 0, head_dim > 0, num_pages > 0, page_size > 0,
-// num_seqs > 0, max_pages > 0; k, v F16 [tokens, kv_heads, head_dim]; k_pages, v_pages F16
-// [num_pages, page_size, kv_heads, head_dim]; batch.positions, batch.token_seq I32 [tokens],
+// num_seqs > 0, max_pages > 0; k, v F16 [tokens, kv_heads, head_dim]; per side, bits 16 with
+// pages F16 [num_pages, page_size, kv_heads, head_dim], or bits 2..8 with kv_heads · head_dim a
+// multiple of 32, words I32 [num_pages, page_size, kv_heads · head_dim / 32 · bits] and scales F16
+// [num_pages, page_size, kv_heads · head_dim / 32]; batch.positions, batch.token_seq I32 [tokens],
 // batch.page_table I32 [num_seqs, max_pages]; every token's sequence, position and page inside
 // those shapes (violations trap). Two tokens writing one slot is a caller bug.
 void launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
@@ -62,11 +105,35 @@ void launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
   EXL3_CHECK(b.page_size > 0 && b.num_seqs > 0 && b.max_pages > 0, "kv_write: page_size ", b.page_size,
              " num_seqs ", b.num_seqs, " max_pages ", b.max_pages);
   if (b.tokens == 0) return;
-  EXL3_CHECK(p.k != nullptr && p.v != nullptr && p.k_pages != nullptr && p.v_pages != nullptr,
-             "kv_write: null k/v pointer");
+  const int64_t row_halves = p.kv_heads * p.head_dim;
+  for (const auto& [bits, pages, words, scales] :
+       {std::make_tuple(p.k_bits, p.k_pages, p.k_words, p.k_scales),
+        std::make_tuple(p.v_bits, p.v_pages, p.v_words, p.v_scales)}) {
+    const bool full = bits == 16 && pages != nullptr;
+    const bool quantized = bits >= 2 && bits <= 8 && row_halves % 32 == 0 && words != nullptr && scales != nullptr;
+    EXL3_CHECK(full || quantized, "kv_write: a side of ", bits, " bits (16 with pages, or 2..8 with words and ",
+               "scales and a row that is a multiple of 32) over a row of ", row_halves);
+  }
+  EXL3_CHECK(p.k != nullptr && p.v != nullptr, "kv_write: null k/v pointer");
   EXL3_CHECK(b.positions != nullptr && b.token_seq != nullptr && b.page_table != nullptr,
              "kv_write: null batch metadata");
-  const int64_t row_halves = p.kv_heads * p.head_dim;
+  if (p.k_bits != 16 || p.v_bits != 16) {
+    const KvWriteQuantArgs q{p.k,
+                             p.v,
+                             KvSide{p.k_pages, p.k_words, p.k_scales, p.k_bits},
+                             KvSide{p.v_pages, p.v_words, p.v_scales, p.v_bits},
+                             b.positions,
+                             b.token_seq,
+                             b.page_table,
+                             b.num_seqs,
+                             b.max_pages,
+                             b.page_size,
+                             p.num_pages,
+                             row_halves};
+    kv_write_quant_kernel<<<static_cast<unsigned>(b.tokens), kThreads, 0, stream>>>(q);
+    EXL3_CUDA_CHECK_LAUNCH();
+    return;
+  }
   KvWriteArgs a{p.k, p.v, p.k_pages, p.v_pages, b.positions, b.token_seq, b.page_table,
                 b.num_seqs, b.max_pages, b.page_size, p.num_pages, 0};
   const bool wide = row_halves % 8 == 0 && aligned16(p.k) && aligned16(p.v) && aligned16(p.k_pages) &&

@@ -1,11 +1,17 @@
 // CUDA token sampler (contract in sample.cuh): one block per row, no sort. The row's history marks
-// a seen-bitmap and output counts in scratch; penalised logits are recomputed on every pass in the
-// reference's fp64 arithmetic, so the argmax and the ranking are exact. Top-k and top-p each keep a
-// best-ranked prefix, found by a radix select over order-preserving 64-bit keys (counting tokens
-// for top-k, exact fixed-point probability mass for top-p); min-p is a per-token test. The draw
-// is a block-wide inverse CDF over the admissible tokens in ascending id order.
+// a seen-bitmap and output counts in scratch, its sparse biases a second bitmap; processed logits
+// are recomputed on every pass in the reference's fp64 arithmetic, so the argmax and the ranking
+// are exact. Top-k, top-p and typical-p each keep a best prefix of some order, found by a radix
+// select over order-preserving 64-bit keys (counting tokens for top-k, exact fixed-point
+// probability mass for top-p and typical-p, whose key is minus the token's typicality score);
+// min-p and XTC are per-token tests. The draw is a block-wide inverse CDF over the admissible
+// tokens in ascending id order; logprobs, when asked, are a log-sum-exp and a top-n selection over
+// the raw logits.
 #include "kernels/cuda/sample.cuh"
 
+#include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 
 #include "kernels/check.h"
@@ -41,10 +47,10 @@ constexpr int kMaxGroupedDigits = 4;  // chunks per step of the ordered scan, fo
 constexpr int32_t kEveryId = 0x7FFFFFFF;
 constexpr int64_t kScratchAlign = 256;
 
-// Per-row scratch: output counts (written only at history ids), the seen-bitmap, and the running
-// sums of the ordered scan (one per 32-token chunk).
+// Per-row scratch: output counts (written only at history ids), the seen-bitmap, the running
+// sums of the ordered scan (one per 32-token chunk) and the bitmap of tokens with a sparse bias.
 struct ScratchLayout {
-  int64_t counts_offset, seen_offset, run_offset, row_bytes;
+  int64_t counts_offset, seen_offset, run_offset, biased_offset, row_bytes;
 };
 
 constexpr int64_t align_up(int64_t bytes) { return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
@@ -55,7 +61,8 @@ ScratchLayout scratch_layout(int64_t vocab) {
   l.counts_offset = 0;
   l.seen_offset = align_up(vocab * static_cast<int64_t>(sizeof(int32_t)));
   l.run_offset = l.seen_offset + align_up(chunks * static_cast<int64_t>(sizeof(uint32_t)));
-  l.row_bytes = l.run_offset + align_up(chunks * static_cast<int64_t>(sizeof(double)));
+  l.biased_offset = l.run_offset + align_up(chunks * static_cast<int64_t>(sizeof(double)));
+  l.row_bytes = l.biased_offset + align_up(chunks * static_cast<int64_t>(sizeof(uint32_t)));
   return l;
 }
 
@@ -77,20 +84,50 @@ struct Row {
   int64_t vocab;
   const uint32_t* seen;
   const int32_t* counts;
+  const uint32_t* biased;
+  const int32_t* bias;  // bias_count entries of kSampleBiasWords words, ids increasing
+  int32_t bias_count;
   double* run;
-  double repetition, presence, frequency, temperature;
-  double max_logit;  // penalised, of the argmax; set after the first pass
+  double repetition, presence, frequency;
+  double temperature;  // of the weights in use: the filter temperature, then the final one
+  double max_logit;    // processed logit the weights are relative to (their weight is 1)
 };
 
-// Steps 1-2 of the reference, operation for operation in fp64 (the _rn intrinsics keep nvcc from
-// contracting into an FMA the host reference does not use).
+__device__ __forceinline__ bool has_bias(const Row& r, int64_t i) {
+  return r.bias_count > 0 && ((r.biased[i >> 5] >> (i & 31)) & 1u) != 0;
+}
+
+// The entry of a token whose biased bit is set: binary search over the row's ids.
+__device__ __forceinline__ const int32_t* bias_entry(const Row& r, int64_t i) {
+  int32_t lo = 0, hi = r.bias_count - 1;
+  while (lo < hi) {
+    const int32_t mid = (lo + hi) / 2;
+    if (r.bias[mid * kSampleBiasWords] < i) {
+      lo = mid + 1;
+    } else {
+      hi = mid;
+    }
+  }
+  return r.bias + lo * kSampleBiasWords;
+}
+
+__device__ __forceinline__ bool is_banned(const Row& r, int64_t i) {
+  return has_bias(r, i) && __int_as_float(bias_entry(r, i)[1]) == -INFINITY;
+}
+
+// Steps 1-4 of the reference, operation for operation in fp64 (the _rn intrinsics keep nvcc from
+// contracting into an FMA the host reference does not use): bias (a ban is a -inf bias),
+// repetition, presence/frequency, then the DRY penalty.
 __device__ __forceinline__ double penalised_logit(const Row& r, int64_t i) {
   double x = __ldg(r.logits + i);
+  const int32_t* entry = has_bias(r, i) ? bias_entry(r, i) : nullptr;
+  if (entry != nullptr) x = __dadd_rn(x, static_cast<double>(__int_as_float(entry[1])));
   if (((r.seen[i >> 5] >> (i & 31)) & 1u) != 0) {
     x = x > 0.0 ? __ddiv_rn(x, r.repetition) : __dmul_rn(x, r.repetition);
     const int32_t count = r.counts[i];
     if (count > 0) x = __dsub_rn(x, __dadd_rn(r.presence, __dmul_rn(r.frequency, static_cast<double>(count))));
   }
+  if (entry != nullptr) x = __dsub_rn(x, static_cast<double>(__int_as_float(entry[2])));
   return x;
 }
 
@@ -140,18 +177,8 @@ __device__ __forceinline__ void warp_argmax(uint64_t& key, int32_t& id) {
   }
 }
 
-// The best-ranked token (largest penalised logit, lowest id among equals).
-__device__ int32_t block_argmax(const Row& r, Shared& s, uint64_t& best_key) {
-  uint64_t key = 0;
-  int32_t id = kEveryId;
-#pragma unroll 4
-  for (int64_t i = threadIdx.x; i < r.vocab; i += kThreads) {
-    const uint64_t k = ordered_key(penalised_logit(r, i));
-    if (ranks_before(k, static_cast<int32_t>(i), key, id)) {
-      key = k;
-      id = static_cast<int32_t>(i);
-    }
-  }
+// Block-wide best of per-thread (key, id) candidates in ranks_before order; every thread gets it.
+__device__ int32_t block_best(uint64_t key, int32_t id, Shared& s, uint64_t& best_key) {
   warp_argmax(key, id);
   if (lane_id() == 0) {
     s.red_key[warp_id()] = key;
@@ -164,6 +191,63 @@ __device__ int32_t block_argmax(const Row& r, Shared& s, uint64_t& best_key) {
   __syncthreads();
   best_key = key;
   return id;
+}
+
+// The best-ranked token (largest processed logit, lowest id among equals).
+__device__ int32_t block_argmax(const Row& r, Shared& s, uint64_t& best_key) {
+  uint64_t key = 0;
+  int32_t id = kEveryId;
+#pragma unroll 4
+  for (int64_t i = threadIdx.x; i < r.vocab; i += kThreads) {
+    const uint64_t k = ordered_key(penalised_logit(r, i));
+    if (ranks_before(k, static_cast<int32_t>(i), key, id)) {
+      key = k;
+      id = static_cast<int32_t>(i);
+    }
+  }
+  return block_best(key, id, s, best_key);
+}
+
+// The best-ranked (last = false) or the lowest-ranked (last = true) token among those for which
+// member(i, logit) holds, or kEveryId when none does. The lowest-ranked is the best of the
+// complemented keys and ids (smallest logit, highest id among equals).
+template <typename Member>
+__device__ int32_t block_ranked_end(const Row& r, const Member& member, bool last, Shared& s) {
+  uint64_t key = 0;
+  int32_t id = kEveryId;
+  for (int64_t i = threadIdx.x; i < r.vocab; i += kThreads) {
+    const double logit = penalised_logit(r, i);
+    if (!member(i, logit)) continue;
+    const uint64_t k = last ? ~ordered_key(logit) : ordered_key(logit);
+    const int32_t t = last ? kEveryId - 1 - static_cast<int32_t>(i) : static_cast<int32_t>(i);
+    if (ranks_before(k, t, key, id)) {
+      key = k;
+      id = t;
+    }
+  }
+  uint64_t best_key = 0;
+  const int32_t best = block_best(key, id, s, best_key);
+  if (best == kEveryId) return kEveryId;
+  return last ? kEveryId - 1 - best : best;
+}
+
+// Deterministic block sum of value(i) over the vocabulary.
+template <typename Value>
+__device__ double block_sum_of(const Row& r, const Value& value, Shared& s) {
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < r.vocab; i += kThreads) sum += value(i);
+  return block_sum(sum, s);
+}
+
+// Deterministic block maximum.
+__device__ double block_max(double v, Shared& s) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v = fmax(v, __shfl_xor_sync(kFullMask, v, offset));
+  if (lane_id() == 0) s.red[warp_id()] = v;
+  __syncthreads();
+  v = lane_id() < kWarps ? s.red[lane_id()] : -INFINITY;
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2) v = fmax(v, __shfl_xor_sync(kFullMask, v, offset));
+  __syncthreads();
+  return v;
 }
 
 // Total weight of the tokens inside both cuts.
@@ -295,13 +379,28 @@ __device__ void select_bin(Shared& s, bool by_mass, double above, double target)
   }
 }
 
-// The shortest best-ranked prefix of `domain` whose metric reaches `target`; the metric is the
-// token count, or with by_mass the weight. Radix select over the ordered keys, most significant
-// byte first: a pass builds a 256-bin histogram (count, exact mass, largest key) of the domain
-// tokens that share the bytes fixed so far, then fixes the next byte at the bin where the metric
-// reaches the target. It stops when that bin holds one token or all 64 bits are fixed; among equal
-// keys the lowest ids come first. If rounding keeps the target out of reach, the whole domain stays.
-__device__ Cut find_cut(const Row& r, const Cut& domain, bool by_mass, double target, Shared& s) {
+// Tokens ordered by processed logit, within `domain` (a best-ranked prefix): the order of top-k
+// and top-p. member() gives a token's key (and its logit as `aux`), weight() its filter weight.
+struct LogitOrder {
+  const Row& r;
+  Cut domain;
+  __device__ bool member(int64_t i, uint64_t& key, double& aux) const {
+    aux = penalised_logit(r, i);
+    key = ordered_key(aux);
+    return in_cut(domain, key, i);
+  }
+  __device__ double weight(double aux) const { return weight_of(r, aux); }
+  __device__ double tie_weight(uint64_t key, Shared&) const { return weight_of(r, key_value(key)); }
+};
+
+// The shortest prefix of `order`'s members (largest key first, lowest ids first among equal keys)
+// whose metric reaches `target`; the metric is the token count, or with by_mass the weight. Radix
+// select over the 64-bit keys, most significant byte first: a pass builds a 256-bin histogram
+// (count, exact mass, largest key) of the members that share the bytes fixed so far, then fixes
+// the next byte at the bin where the metric reaches the target. It stops when that bin holds one
+// token or all 64 bits are fixed. If rounding keeps the target out of reach, every member stays.
+template <typename Order>
+__device__ Cut find_cut(const Row& r, const Order& order, bool by_mass, double target, Shared& s) {
   const int lane = lane_id();
   uint64_t prefix = 0;
   double above = 0.0;
@@ -321,10 +420,9 @@ __device__ Cut find_cut(const Row& r, const Cut& domain, bool by_mass, double ta
       uint64_t key = 0;
       double w = 0.0;
       if (i < r.vocab) {
-        const double logit = penalised_logit(r, i);
-        key = ordered_key(logit);
-        candidate = in_cut(domain, key, i) && (key & fixed_mask) == prefix;
-        if (candidate && by_mass) w = weight_of(r, logit);
+        double aux = 0.0;
+        candidate = order.member(i, key, aux) && (key & fixed_mask) == prefix;
+        if (candidate && by_mass) w = order.weight(aux);
       }
       const uint32_t digit = static_cast<uint32_t>(key >> shift) & (kBins - 1);
       // Few distinct digits in the warp (the top bytes of similar logits): one update per digit,
@@ -379,7 +477,7 @@ __device__ Cut find_cut(const Row& r, const Cut& domain, bool by_mass, double ta
   // `bucket` tokens share cut_key (and its weight); take the fewest, lowest ids first.
   Cut cut{cut_key, kEveryId};
   const double need = target - above;
-  const double tie_metric = by_mass ? weight_of(r, key_value(cut_key)) : 1.0;
+  const double tie_metric = by_mass && need > 0.0 && bucket > 1 ? order.tie_weight(cut_key, s) : 1.0;
   int64_t take = bucket;
   if (need <= 0.0) {
     take = 1;
@@ -389,19 +487,24 @@ __device__ Cut find_cut(const Row& r, const Cut& domain, bool by_mass, double ta
   }
   if (take < bucket) {
     const auto is_tie = [&](int64_t i) -> double {
-      const uint64_t key = ordered_key(penalised_logit(r, i));
-      return key == cut_key && in_cut(domain, key, i) ? 1.0 : 0.0;
+      uint64_t key = 0;
+      double aux = 0.0;
+      return order.member(i, key, aux) && key == cut_key ? 1.0 : 0.0;
     };
     cut.id = ordered_search(r, is_tie, 0.0, static_cast<double>(take) - 0.5, s);
   }
   return cut;
 }
 
-// Marks the row's history: seen-bitmap over prompt and output ids, counts over output ids.
+// Marks the row's history (seen-bitmap over prompt and output ids, counts over output ids) and
+// its sparse biases (the biased bitmap).
 __device__ void mark_history(const DeviceSampleRow& rp, const int32_t* history, int64_t vocab, uint32_t* seen,
-                             int32_t* counts) {
+                             int32_t* counts, uint32_t* biased) {
   const int64_t words = (vocab + 31) / 32;
   for (int64_t w = threadIdx.x; w < words; w += kThreads) seen[w] = 0;
+  if (rp.bias_count > 0) {
+    for (int64_t w = threadIdx.x; w < words; w += kThreads) biased[w] = 0;
+  }
   const int64_t length = static_cast<int64_t>(rp.prompt_len) + rp.output_len;
   const int32_t* ids = length > 0 ? history + rp.history_begin : nullptr;
   for (int64_t j = threadIdx.x; j < length; j += kThreads) counts[ids[j]] = 0;
@@ -411,7 +514,168 @@ __device__ void mark_history(const DeviceSampleRow& rp, const int32_t* history, 
     atomicOr(&seen[id >> 5], 1u << (id & 31));
     if (j >= rp.prompt_len) atomicAdd(&counts[id], 1);
   }
+  for (int64_t e = threadIdx.x; e < rp.bias_count; e += kThreads) {
+    const int32_t id = history[rp.bias_begin + e * kSampleBiasWords];
+    atomicOr(&biased[id >> 5], 1u << (id & 31));
+  }
   __syncthreads();
+}
+
+// The truncation filters of one row (steps 7-11), decided on the filter weights.
+struct Filters {
+  Cut top_k{0, kEveryId}, top_p{0, kEveryId};
+  bool use_min_p = false;
+  double min_p_total = 1.0, min_p_threshold = 0.0;
+  bool use_typical = false;
+  double typical_total = 1.0, entropy = 0.0;
+  Cut typical{0, kEveryId};
+  bool xtc_cut = false;
+  double xtc_total = 1.0, xtc_threshold = 0.0;
+  int32_t xtc_survivor = -1;
+
+  // Through min-p (steps 7-9, bans included); w receives the filter weight when kept.
+  __device__ bool kept_a(const Row& r, int64_t i, double logit, double& w) const {
+    const uint64_t key = ordered_key(logit);
+    if (!in_cut(top_k, key, i) || !in_cut(top_p, key, i) || is_banned(r, i)) return false;
+    w = weight_of(r, logit);
+    return !(use_min_p && w / min_p_total < min_p_threshold);
+  }
+  // The typical order's key of a token of filter weight w: minus its score, so the most typical
+  // token has the largest key.
+  __device__ uint64_t typical_key(double w) const {
+    const double p = w / typical_total;
+    const double score = p > 0.0 ? fabs(-log(p) - entropy) : INFINITY;
+    return ordered_key(-score);
+  }
+  // Through typical-p (step 10).
+  __device__ bool kept_b(const Row& r, int64_t i, double logit, double& w) const {
+    if (!kept_a(r, i, logit, w)) return false;
+    return !use_typical || in_cut(typical, typical_key(w), i);
+  }
+  // Through XTC (step 11): every filter.
+  __device__ bool kept(const Row& r, int64_t i, double logit, double& w) const {
+    if (!kept_b(r, i, logit, w)) return false;
+    return !xtc_cut || i == xtc_survivor || !(w / xtc_total >= xtc_threshold);
+  }
+};
+
+// Tokens kept through min-p, ordered by typicality: the order of typical-p.
+struct TypicalOrder {
+  const Row& r;
+  const Filters& f;
+  __device__ bool member(int64_t i, uint64_t& key, double& aux) const {
+    const double logit = penalised_logit(r, i);
+    if (!f.kept_a(r, i, logit, aux)) return false;
+    key = f.typical_key(aux);
+    return true;
+  }
+  __device__ double weight(double aux) const { return aux; }
+  // Tokens of one score usually share one logit; take the largest weight among them.
+  __device__ double tie_weight(uint64_t key, Shared& s) const {
+    double best = 0.0;
+    for (int64_t i = threadIdx.x; i < r.vocab; i += kThreads) {
+      uint64_t k = 0;
+      double w = 0.0;
+      if (member(i, k, w) && k == key) best = fmax(best, w);
+    }
+    return block_max(best, s);
+  }
+};
+
+// Steps 6-11: the filters of a sampled row; r holds the filter temperature and the argmax.
+__device__ Filters decide_filters(const Row& r, const DeviceSampleRow& rp, uint64_t seed, Shared& s) {
+  Filters f;
+  const Cut whole = whole_vocab();
+  if (rp.top_k > 0 && rp.top_k < r.vocab) f.top_k = find_cut(r, LogitOrder{r, whole}, false, rp.top_k, s);
+  if (rp.top_p < 1.0f) {
+    const double total = block_mass(r, f.top_k, whole, s);
+    f.top_p = find_cut(r, LogitOrder{r, f.top_k}, true, static_cast<double>(rp.top_p) * total, s);
+  }
+  if (rp.min_p > 0.0f) {
+    f.use_min_p = true;
+    f.min_p_total = block_mass(r, f.top_k, f.top_p, s);
+    f.min_p_threshold = static_cast<double>(rp.min_p) * (1.0 / f.min_p_total);  // the best weight is 1
+  }
+  if (rp.typical_p > 0.0f && rp.typical_p < 1.0f) {
+    const auto kept_weight = [&](int64_t i) -> double {
+      double w = 0.0;
+      return f.kept_a(r, i, penalised_logit(r, i), w) ? w : 0.0;
+    };
+    f.typical_total = block_sum_of(r, kept_weight, s);
+    const double total = f.typical_total;
+    const auto plogp = [&](int64_t i) -> double {
+      const double p = kept_weight(i) / total;
+      return p > 0.0 ? p * log(p) : 0.0;
+    };
+    f.entropy = -block_sum_of(r, plogp, s);
+    f.typical = find_cut(r, TypicalOrder{r, f}, true, static_cast<double>(rp.typical_p) * total, s);
+    f.use_typical = true;
+  }
+  if (rp.xtc_probability > 0.0f && philox_uniform(seed, static_cast<uint64_t>(rp.position), kXtcStream) < rp.xtc_probability) {
+    const auto kept_weight = [&](int64_t i) -> double {
+      double w = 0.0;
+      return f.kept_b(r, i, penalised_logit(r, i), w) ? w : 0.0;
+    };
+    const double total = block_sum_of(r, kept_weight, s);
+    const double threshold = rp.xtc_threshold;
+    const auto above = [&](int64_t i) -> double { return kept_weight(i) / total >= threshold ? 1.0 : 0.0; };
+    if (block_sum_of(r, above, s) >= 2.0) {
+      const auto member = [&](int64_t i, double logit) {
+        double w = 0.0;
+        return f.kept_b(r, i, logit, w) && w / total >= threshold;
+      };
+      f.xtc_survivor = block_ranked_end(r, member, true, s);
+      f.xtc_total = total;
+      f.xtc_threshold = threshold;
+      f.xtc_cut = true;
+    }
+  }
+  return f;
+}
+
+// Log-probabilities of the raw logits (token_logprobs_ref) of `token`, written as a
+// SampleBatch::logprobs row: the max by a block reduction, the log-sum-exp in fp64, the n best
+// by n passes that each take the best token ranked after the previous one.
+__device__ void write_logprobs(const float* logits, int64_t vocab, int32_t token, int32_t n, float* out, Shared& s) {
+  uint64_t key = 0;
+  int32_t id = kEveryId;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+    const uint64_t k = ordered_key(static_cast<double>(__ldg(logits + i)));
+    if (ranks_before(k, static_cast<int32_t>(i), key, id)) {
+      key = k;
+      id = static_cast<int32_t>(i);
+    }
+  }
+  uint64_t max_key = 0;
+  block_best(key, id, s, max_key);
+  const double max_logit = key_value(max_key);
+  double sum = 0.0;
+  for (int64_t i = threadIdx.x; i < vocab; i += kThreads) sum += exp(static_cast<double>(__ldg(logits + i)) - max_logit);
+  const double log_norm = max_logit + log(block_sum(sum, s));
+  if (threadIdx.x == 0) out[0] = static_cast<float>(static_cast<double>(logits[token]) - log_norm);
+  const int64_t count = min(static_cast<int64_t>(n), vocab);
+  uint64_t prev_key = ~0ull;
+  int32_t prev_id = -1;
+  for (int64_t j = 0; j < count; ++j) {
+    key = 0;
+    id = kEveryId;
+    for (int64_t i = threadIdx.x; i < vocab; i += kThreads) {
+      const uint64_t k = ordered_key(static_cast<double>(__ldg(logits + i)));
+      const int32_t t = static_cast<int32_t>(i);
+      if (ranks_before(prev_key, prev_id, k, t) && ranks_before(k, t, key, id)) {
+        key = k;
+        id = t;
+      }
+    }
+    uint64_t pick_key = 0;
+    const int32_t pick = block_best(key, id, s, pick_key);
+    if (threadIdx.x == 0) {
+      out[1 + 2 * j] = static_cast<float>(pick);
+      out[2 + 2 * j] = static_cast<float>(static_cast<double>(logits[pick]) - log_norm);
+    }
+    prev_key = pick_key;
+    prev_id = pick;
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p, ScratchLayout layout) {
@@ -421,61 +685,65 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p, Scratc
   char* scratch = static_cast<char*>(p.scratch) + row * layout.row_bytes;
   uint32_t* seen = reinterpret_cast<uint32_t*>(scratch + layout.seen_offset);
   int32_t* counts = reinterpret_cast<int32_t*>(scratch + layout.counts_offset);
-  mark_history(rp, p.history, p.vocab, seen, counts);
+  uint32_t* biased = reinterpret_cast<uint32_t*>(scratch + layout.biased_offset);
+  mark_history(rp, p.history, p.vocab, seen, counts, biased);
 
   Row r;
   r.logits = p.logits + row * p.vocab;
   r.vocab = p.vocab;
   r.seen = seen;
   r.counts = counts;
+  r.biased = biased;
+  r.bias = rp.bias_count > 0 ? p.history + rp.bias_begin : nullptr;
+  r.bias_count = rp.bias_count;
   r.run = reinterpret_cast<double*>(scratch + layout.run_offset);
   r.repetition = rp.repetition_penalty;
   r.presence = rp.presence_penalty;
   r.frequency = rp.frequency_penalty;
-  r.temperature = rp.temperature;
+  r.temperature = rp.temperature_last != 0 ? 1.0 : static_cast<double>(rp.temperature);
   uint64_t best_key = 0;
   const int32_t best = block_argmax(r, s, best_key);
   r.max_logit = key_value(best_key);
   const bool greedy = rp.temperature == 0.0f;
+  const uint64_t seed = (static_cast<uint64_t>(rp.seed_hi) << 32) | rp.seed_lo;
 
-  // Steps 4-6: two best-ranked prefixes and the min-p test.
-  const Cut whole = whole_vocab();
-  Cut top_k = whole, top_p = whole;
-  bool use_min_p = false;
-  double min_p_total = 1.0, min_p_threshold = 0.0;
+  Filters f;
+  Row fin = r;  // the final weights (step 12): relative to the best kept token, at the temperature
   if (!greedy) {
-    if (rp.top_k > 0 && rp.top_k < p.vocab) top_k = find_cut(r, whole, false, rp.top_k, s);
-    if (rp.top_p < 1.0f) {
-      const double total = block_mass(r, top_k, whole, s);
-      top_p = find_cut(r, top_k, true, static_cast<double>(rp.top_p) * total, s);
+    f = decide_filters(r, rp, seed, s);
+    int32_t kept_best = best;  // survives top-k, top-p and min-p
+    if (f.xtc_cut) {
+      kept_best = f.xtc_survivor;  // every other kept token is less likely
+    } else if (f.use_typical) {
+      const auto member = [&](int64_t i, double logit) {
+        double w = 0.0;
+        return f.kept_b(r, i, logit, w);
+      };
+      const int32_t found = block_ranked_end(r, member, false, s);
+      if (found != kEveryId) kept_best = found;  // always: typical-p keeps at least one token
     }
-    if (rp.min_p > 0.0f) {
-      use_min_p = true;
-      min_p_total = block_mass(r, top_k, top_p, s);
-      min_p_threshold = static_cast<double>(rp.min_p) * (1.0 / min_p_total);  // the best weight is 1
-    }
+    fin.max_logit = penalised_logit(r, kept_best);
+    fin.temperature = rp.temperature;
   }
-  // Weight of token i if admissible (0 otherwise); `admitted` tells the two apart.
+  const bool same_weights = fin.max_logit == r.max_logit && fin.temperature == r.temperature;
+  // Final weight of token i if admissible (0 otherwise); `admitted` tells the two apart.
   const auto admissible_weight = [&](int64_t i, bool& admitted) -> double {
     const double logit = penalised_logit(r, i);
-    const uint64_t key = ordered_key(logit);
-    admitted = in_cut(top_k, key, i) && in_cut(top_p, key, i);
+    double w = 0.0;
+    admitted = f.kept(r, i, logit, w);
     if (!admitted) return 0.0;
-    const double w = weight_of(r, logit);
-    if (use_min_p && w / min_p_total < min_p_threshold) admitted = false;
-    return admitted ? w : 0.0;
+    return same_weights ? w : weight_of(fin, logit);
   };
 
   int32_t token = best;
   if (!greedy) {
-    const uint64_t seed = (static_cast<uint64_t>(rp.seed_hi) << 32) | rp.seed_lo;
     const double u = philox_uniform(seed, static_cast<uint64_t>(rp.position), kSampleStream);
     const auto draw_weight = [&](int64_t i) -> double {
       bool admitted = false;
       return admissible_weight(i, admitted);
     };
-    const int32_t drawn = ordered_search(r, draw_weight, u, 0.0, s);
-    if (drawn >= 0) token = drawn;  // always: the argmax is admissible with weight 1
+    const int32_t drawn = ordered_search(fin, draw_weight, u, 0.0, s);
+    if (drawn >= 0) token = drawn;  // always: the best kept token has weight 1
   }
   if (threadIdx.x == 0) p.out[row] = token;
 
@@ -486,6 +754,9 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p, Scratc
       if (!greedy) admissible_weight(i, admitted);
       out[i] = admitted ? 1 : 0;
     }
+  }
+  if (p.logprobs != nullptr && rp.logprobs > 0) {
+    write_logprobs(r.logits, p.vocab, token, rp.logprobs, p.logprobs + row * p.logprobs_stride, s);
   }
 }
 
@@ -499,8 +770,35 @@ __global__ void philox_check_kernel(const PhiloxCounter* counters, const PhiloxK
 
 }  // namespace
 
-// The planner prices the row array at 64 bytes a row (coordinator/planner/model_footprint.cpp).
-static_assert(sizeof(DeviceSampleRow) == 64, "update cuda_sampler_bytes in the planner");
+// The planner prices the row array at 88 bytes a row (coordinator/planner/model_footprint.cpp).
+static_assert(sizeof(DeviceSampleRow) == 88, "update cuda_sampler_bytes in the planner");
+
+int32_t append_sample_biases(const SamplingParams& params, std::span<const int32_t> prompt_ids,
+                             std::span<const int32_t> output_ids, std::vector<int32_t>& words) {
+  struct Entry {
+    int32_t id;
+    float pre, post;
+  };
+  std::vector<Entry> entries;
+  for (const TokenBias& b : params.logit_bias) entries.push_back({b.id, b.bias, 0.0f});
+  for (const int32_t id : params.banned_ids) entries.push_back({id, -INFINITY, 0.0f});
+  for (const DryPenalty& d : dry_penalties(params, prompt_ids, output_ids)) entries.push_back({d.id, 0.0f, d.penalty});
+  // One entry per id: a ban overrides the bias, the DRY penalty joins either.
+  std::stable_sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.id < b.id; });
+  int32_t count = 0;
+  for (size_t i = 0; i < entries.size();) {
+    Entry merged{entries[i].id, 0.0f, 0.0f};
+    for (; i < entries.size() && entries[i].id == merged.id; ++i) {
+      merged.pre = merged.pre == -INFINITY || entries[i].pre == -INFINITY ? -INFINITY : merged.pre + entries[i].pre;
+      merged.post += entries[i].post;
+    }
+    words.push_back(merged.id);
+    words.push_back(std::bit_cast<int32_t>(merged.pre));
+    words.push_back(std::bit_cast<int32_t>(merged.post));
+    ++count;
+  }
+  return count;
+}
 
 size_t sample_scratch_bytes(int64_t rows, int64_t vocab) {
   EXL3_CHECK(rows >= 0 && vocab > 0, "rows ", rows, " vocab ", vocab);
@@ -514,6 +812,8 @@ void launch_sample(const SampleParams& p, cudaStream_t stream) {
   EXL3_CHECK(p.logits != nullptr && p.row_params != nullptr && p.out != nullptr && p.scratch != nullptr,
              "null logits, row_params, out or scratch");
   EXL3_CHECK(reinterpret_cast<uintptr_t>(p.scratch) % 8 == 0, "scratch must be 8-byte aligned");
+  EXL3_CHECK(p.logprobs == nullptr || (p.logprobs_stride >= 1 + 2 * kMaxLogprobs && p.vocab < (1 << 24)),
+             "logprobs stride ", p.logprobs_stride, " vocab ", p.vocab);
   sample_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p, scratch_layout(p.vocab));
   EXL3_CUDA_CHECK_LAUNCH();
 }

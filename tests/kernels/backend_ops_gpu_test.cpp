@@ -19,6 +19,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -575,6 +576,17 @@ void add_dense_linear_cases(std::vector<OpCase>& cases) {
 
 // ---- kv_write + attention ----------------------------------------------------------------------
 
+// A full-precision cache over pages [num_pages, page_size, kv_heads, head_dim] (both the same shape).
+PagedKv paged_kv(Tensor k_pages, Tensor v_pages) {
+  PagedKv c;
+  c.page_size = k_pages.dim(1);
+  c.kv_heads = k_pages.dim(2);
+  c.head_dim = k_pages.dim(3);
+  c.k_pages = std::move(k_pages);
+  c.v_pages = std::move(v_pages);
+  return c;
+}
+
 struct SeqSpec {
   int32_t context;  // positions already in the cache (written by an earlier step)
   int32_t fresh;    // tokens of this step, at positions context .. context + fresh - 1
@@ -632,8 +644,8 @@ std::vector<Check> run_attention(Backend& b, std::mt19937& rng, const AttentionC
   }
 
   const Shape page_shape{num_pages, c.page_size, c.kv_heads, c.head_dim};
-  PagedKv ref_cache{Tensor::zeros(DType::kF32, page_shape), Tensor::zeros(DType::kF32, page_shape), c.page_size};
-  PagedKv dev_cache{device_zeros(b, b.kv_dtype(), page_shape), device_zeros(b, b.kv_dtype(), page_shape), c.page_size};
+  PagedKv ref_cache = paged_kv(Tensor::zeros(DType::kF32, page_shape), Tensor::zeros(DType::kF32, page_shape));
+  PagedKv dev_cache = paged_kv(device_zeros(b, b.kv_dtype(), page_shape), device_zeros(b, b.kv_dtype(), page_shape));
   const DType act = b.activation_dtype();
 
   // One step: kv_write of every token (both sides); returns the step for attention.
@@ -709,13 +721,13 @@ std::vector<Check> run_rope_kv_write(Backend& b, std::mt19937& rng, int64_t head
   rope_ref(want_q, step.positions, inv_freq, 1.0f);
   rope_ref(want_k, step.positions, inv_freq, 1.0f);
   const Shape page_shape{kNumPages, kPageSize, kv_heads, head_dim};
-  PagedKv ref_cache{Tensor::zeros(DType::kF32, page_shape), Tensor::zeros(DType::kF32, page_shape), kPageSize};
+  PagedKv ref_cache = paged_kv(Tensor::zeros(DType::kF32, page_shape), Tensor::zeros(DType::kF32, page_shape));
   const std::span<const int32_t> pos0(step.positions.data(), 3), pos1(step.positions.data() + 3, 1);
   kv_write_ref(ref_cache, tables[0], pos0, want_k.rows(0, 3), v.rows(0, 3));
   kv_write_ref(ref_cache, tables[1], pos1, want_k.rows(3, 1), v.rows(3, 1));
 
   const DType act = b.activation_dtype();
-  PagedKv cache{device_zeros(b, b.kv_dtype(), page_shape), device_zeros(b, b.kv_dtype(), page_shape), kPageSize};
+  PagedKv cache = paged_kv(device_zeros(b, b.kv_dtype(), page_shape), device_zeros(b, b.kv_dtype(), page_shape));
   Tensor qd = to_device(b, to_dtype(q, act)), kd = to_device(b, to_dtype(k, act));
   const StepMeta meta = device_meta(b, step, page_table, 2, kMaxPages);
   b.rope_kv_write(qd, kd, to_device(b, to_dtype(v, act)),

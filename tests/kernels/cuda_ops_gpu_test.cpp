@@ -470,6 +470,8 @@ AttentionRun run_attention_scenario(const AttentionScenario& sc, uint32_t seed, 
   cache.k_pages = Tensor::zeros(DType::kF32, {num_pages, sc.page_size, sc.kv_heads, sc.head_dim});
   cache.v_pages = Tensor::zeros(DType::kF32, {num_pages, sc.page_size, sc.kv_heads, sc.head_dim});
   cache.page_size = sc.page_size;
+  cache.kv_heads = sc.kv_heads;
+  cache.head_dim = sc.head_dim;
   for (int64_t s = 0; s < num_seqs; ++s) {
     const int32_t len = sc.seqs[s].cached + sc.seqs[s].new_tokens;
     std::vector<int32_t> all_positions(len);

@@ -25,6 +25,17 @@ float max_abs_diff(const Tensor& a, const Tensor& b) {
   return m;
 }
 
+// A full-precision F32 cache of pages [num_pages, page_size, kv_heads, head_dim].
+PagedKv f32_cache(const Shape& pages) {
+  PagedKv c;
+  c.k_pages = Tensor::zeros(DType::kF32, pages);
+  c.v_pages = Tensor::zeros(DType::kF32, pages);
+  c.page_size = pages[1];
+  c.kv_heads = pages[2];
+  c.head_dim = pages[3];
+  return c;
+}
+
 TEST(DenseOps, MatmulRefSmallExact) {
   const Tensor x = Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3});
   const Tensor w = Tensor::from_vector<float>({1, 0, 0, 1, 2, -1}, {3, 2});
@@ -83,7 +94,7 @@ TEST(DenseOps, RopeRotatesHalvesByPositionAngle) {
 
 // One query attending to two cached positions, computed by hand.
 TEST(DenseOps, AttentionRefHandComputed) {
-  PagedKv cache{Tensor::zeros(DType::kF32, {2, 2, 1, 2}), Tensor::zeros(DType::kF32, {2, 2, 1, 2}), 2};
+  PagedKv cache = f32_cache({2, 2, 1, 2});
   const std::vector<int32_t> pages = {1};
   const std::vector<int32_t> positions = {0, 1};
   kv_write_ref(cache, pages, positions, Tensor::from_vector<float>({1, 0, 0, 1}, {2, 1, 2}),
@@ -100,8 +111,7 @@ TEST(DenseOps, AttentionRefHandComputed) {
 // GQA over non-contiguous pages with a chunk of queries at arbitrary positions.
 TEST(DenseOps, BlasAttentionMatchesRef) {
   const int64_t heads = 6, kv_heads = 2, head_dim = 16, page_size = 4, tokens = 13;
-  PagedKv cache{Tensor::zeros(DType::kF32, {8, page_size, kv_heads, head_dim}),
-                Tensor::zeros(DType::kF32, {8, page_size, kv_heads, head_dim}), page_size};
+  PagedKv cache = f32_cache({8, page_size, kv_heads, head_dim});
   const std::vector<int32_t> pages = {5, 0, 7, 2};
   std::vector<int32_t> positions(tokens);
   for (int64_t i = 0; i < tokens; ++i) positions[i] = static_cast<int32_t>(i + 2);

@@ -3,6 +3,9 @@
 // (ties, penalties, -0 vs +0); admissible sets exactly; sampled tokens equal to sample_ref's in
 // >= 99.9% of draws, any difference adjacent in the admissible CDF with u within 1e-9 of the
 // boundary; vocabularies 1, 7, 4096, 128256, 152064 and 1, 3, 64 rows; run-to-run determinism.
+// The later filters (logit bias, bans, DRY, typical-p, XTC, temperature last) are parameter sets
+// of the same checks; XTC at probability 0.5 has its own test (its distribution depends on the
+// position).
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -134,6 +137,55 @@ std::vector<ParamSet> param_sets() {
     p.presence_penalty = 0.3f;
     p.frequency_penalty = 0.2f;
   });
+  // Ids past a small vocabulary are dropped by make_rows; it also bans the row's argmax.
+  add("bias, bans", false, [](SamplingParams& p) {
+    p.logit_bias = {{3, 2.5f}, {5, -4.0f}, {6, 8.0f}, {100, 7.25f}};
+    p.banned_ids = {1, 2, 4000};
+  });
+  add("DRY, repetition", true, [](SamplingParams& p) {
+    p.temperature = 0.8f;
+    p.dry_multiplier = 1.5f;
+    p.dry_base = 1.75f;
+    p.dry_allowed_length = 1;
+    p.repetition_penalty = 1.1f;
+  });
+  add("greedy, bias, bans, DRY", true, [](SamplingParams& p) {
+    p.temperature = 0.0f;
+    p.logit_bias = {{0, 1.5f}, {7, 3.0f}};
+    p.banned_ids = {2};
+    p.dry_multiplier = 2.0f;
+    p.dry_allowed_length = 1;
+  });
+  add("typical 0.6", false, [](SamplingParams& p) { p.typical_p = 0.6f; });
+  add("typical 0.9, top-k 40, temperature last", false, [](SamplingParams& p) {
+    p.temperature = 1.5f;
+    p.top_k = 40;
+    p.typical_p = 0.9f;
+    p.temperature_last = true;
+  });
+  add("XTC 0.05 always", false, [](SamplingParams& p) {
+    p.xtc_threshold = 0.05f;
+    p.xtc_probability = 1.0f;
+  });
+  add("temperature last, top-p 0.7, min-p 0.02", false, [](SamplingParams& p) {
+    p.temperature = 0.6f;
+    p.top_p = 0.7f;
+    p.min_p = 0.02f;
+    p.temperature_last = true;
+  });
+  add("all later filters", true, [](SamplingParams& p) {
+    p.temperature = 1.2f;
+    p.logit_bias = {{1, -1.0f}, {9, 4.0f}};
+    p.banned_ids = {3};
+    p.dry_multiplier = 0.8f;
+    p.dry_allowed_length = 2;
+    p.dry_range = 30;
+    p.top_p = 0.95f;
+    p.typical_p = 0.8f;
+    p.xtc_threshold = 0.02f;
+    p.xtc_probability = 1.0f;
+    p.temperature_last = true;
+  });
   return sets;
 }
 
@@ -174,6 +226,22 @@ void make_history(RowCase& row, std::mt19937& gen) {
   for (int i = 0; i < output_len; ++i) {
     // Repeats, so that frequency counts exceed 1.
     row.output.push_back(!row.output.empty() && gen() % 3 == 0 ? row.output[gen() % row.output.size()] : pick());
+  }
+}
+
+// Drops bias and ban ids outside the row's vocabulary and bans the argmax too when the row has a
+// ban list (token 0, the finite one of masked rows, is never banned).
+void fit_token_lists(RowCase& row) {
+  const int32_t vocab = static_cast<int32_t>(row.logits.size());
+  std::erase_if(row.params.logit_bias, [&](const TokenBias& b) { return b.id >= vocab; });
+  std::erase_if(row.params.banned_ids, [&](int32_t id) { return id >= vocab || id == 0; });
+  if (!row.params.banned_ids.empty()) {
+    const int32_t top =
+        static_cast<int32_t>(std::max_element(row.logits.begin(), row.logits.end()) - row.logits.begin());
+    if (top != 0) row.params.banned_ids.push_back(top);
+    std::sort(row.params.banned_ids.begin(), row.params.banned_ids.end());
+    row.params.banned_ids.erase(std::unique(row.params.banned_ids.begin(), row.params.banned_ids.end()),
+                                row.params.banned_ids.end());
   }
 }
 
@@ -223,6 +291,8 @@ class GpuBatch {
       history_begin_.push_back(static_cast<int32_t>(history.size()));
       history.insert(history.end(), row.prompt.begin(), row.prompt.end());
       history.insert(history.end(), row.output.begin(), row.output.end());
+      bias_begin_.push_back(static_cast<int32_t>(history.size()));
+      bias_count_.push_back(append_sample_biases(row.params, row.prompt, row.output, history));
     }
     d_logits_.upload(logits);
     d_history_ = std::make_unique<DeviceBuffer<int32_t>>(history.size());
@@ -248,6 +318,12 @@ class GpuBatch {
       d.history_begin = history_begin_[r];
       d.prompt_len = static_cast<int32_t>(rows_[r].prompt.size());
       d.output_len = static_cast<int32_t>(rows_[r].output.size());
+      d.bias_begin = bias_begin_[r];
+      d.bias_count = bias_count_[r];
+      d.typical_p = sp.typical_p;
+      d.xtc_threshold = sp.xtc_threshold;
+      d.xtc_probability = sp.xtc_probability;
+      d.temperature_last = sp.temperature_last ? 1 : 0;
       params.push_back(d);
     }
     d_params_.upload(params);
@@ -295,7 +371,7 @@ class GpuBatch {
  private:
   const std::vector<RowCase>& rows_;
   int64_t vocab_;
-  std::vector<int32_t> history_begin_;
+  std::vector<int32_t> history_begin_, bias_begin_, bias_count_;
   DeviceBuffer<float> d_logits_;
   DeviceBuffer<DeviceSampleRow> d_params_;
   DeviceBuffer<int32_t> d_out_;
@@ -379,6 +455,7 @@ std::vector<RowCase> make_rows(int64_t vocab, int64_t count, uint32_t seed) {
     row.params.seed ^= static_cast<uint64_t>(r) * 0x9E3779B97F4A7C15ull;
     row.logits = make_logits(vocab, shape, gen);
     if (set.penalised) make_history(row, gen);
+    fit_token_lists(row);
     EXL3_CHECK_OK(validate_sampling_params(row.params, static_cast<int32_t>(vocab)));
     rows.push_back(std::move(row));
   }
@@ -603,7 +680,78 @@ TEST_F(SampleGpuTest, TiesAtFilterBoundaries) {
       for (int64_t i = 0; i < vocab; i += 2) r.logits[i] = -std::numeric_limits<float>::infinity();
       r.params.min_p = 0.01f;
     });
+    add("typical inside a tie", [&](RowCase& r) {
+      spread_ties(r, 2.0f);
+      r.params.typical_p = 0.5f;
+    });
+    add("XTC over tied top tokens keeps the highest id of them", [&](RowCase& r) {
+      spread_ties(r, 5.0f);
+      r.params.xtc_threshold = 0.25f / static_cast<float>(ties);
+      r.params.xtc_probability = 1.0f;
+    });
+    add("masked tokens, typical, temperature last", [&](RowCase& r) {
+      for (int64_t i = 0; i < vocab; i += 2) r.logits[i] = -std::numeric_limits<float>::infinity();
+      r.params.typical_p = 0.7f;
+      r.params.temperature = 0.5f;
+      r.params.temperature_last = true;
+    });
+    add("banned ties", [&](RowCase& r) {
+      spread_ties(r, 5.0f);
+      for (int64_t k = 0; k < ties; k += 2) {
+        const int32_t id = static_cast<int32_t>((k * 7919) % vocab);
+        if (id != 0) r.params.banned_ids.push_back(id);
+      }
+      std::sort(r.params.banned_ids.begin(), r.params.banned_ids.end());
+      r.params.banned_ids.erase(std::unique(r.params.banned_ids.begin(), r.params.banned_ids.end()),
+                                r.params.banned_ids.end());
+      if (static_cast<int64_t>(r.params.banned_ids.size()) >= vocab) r.params.banned_ids.pop_back();
+      r.params.top_k = 3;
+    });
     expect_rows_match(rows, vocab, 50);
+  }
+}
+
+// XTC at probability 0.5 cuts at some positions only: the admissible set and the token at each
+// position against the reference distribution at that position.
+TEST_F(SampleGpuTest, XtcAtHalfProbabilityFollowsThePosition) {
+  for (int64_t vocab : {7, 4096, 128256}) {
+    SCOPED_TRACE("vocab " + std::to_string(vocab));
+    std::mt19937 gen(static_cast<uint32_t>(vocab));
+    std::vector<RowCase> rows;
+    for (int k = 0; k < 12; ++k) {
+      RowCase row;
+      row.name = "XTC 0.5, shape " + std::to_string(k % 4);
+      row.logits = make_logits(vocab, k % 4, gen);
+      row.params.seed = 777 + k;
+      row.params.xtc_threshold = 0.02f + 0.01f * k;
+      row.params.xtc_probability = 0.5f;
+      row.params.typical_p = k % 3 == 0 ? 0.9f : 1.0f;
+      row.params.temperature_last = k % 2 == 0;
+      EXL3_CHECK_OK(validate_sampling_params(row.params, static_cast<int32_t>(vocab)));
+      rows.push_back(std::move(row));
+    }
+    GpuBatch batch(rows, vocab);
+    DrawStats stats;
+    int cut = 0;
+    for (int64_t launch = 0; launch < 40; ++launch) {
+      std::vector<int64_t> positions(rows.size());
+      std::vector<SampleDistribution> dists;
+      std::vector<HostCdf> cdfs;
+      for (size_t r = 0; r < rows.size(); ++r) {
+        positions[r] = launch * 1009 + static_cast<int64_t>(r);
+        dists.push_back(sampling_distribution(rows[r].logits, rows[r].params, {}, {}, positions[r]));
+        cdfs.emplace_back(dists.back());
+        cut += philox_uniform(rows[r].params.seed, static_cast<uint64_t>(positions[r]), kXtcStream) < 0.5f;
+      }
+      std::vector<uint8_t> admissible;
+      const std::vector<int32_t> tokens = batch.sample(positions, &admissible);
+      expect_same_admissible(rows, dists, admissible, vocab);
+      check_tokens(rows, dists, cdfs, positions, tokens, stats);
+      if (::testing::Test::HasFailure()) return;
+    }
+    EXPECT_GT(cut, 100);
+    EXPECT_LT(cut, 380);
+    EXPECT_LE(stats.mismatches * 1000, stats.sampled);
   }
 }
 

@@ -59,9 +59,24 @@ TEST(ValidateRequest, AppliesDefaults) {
   EXPECT_TRUE(r->stop_token_ids.empty());
 }
 
+// The first eight sampling fields (temperature .. seed), the others unset.
+RequestSampling basic_sampling(float temperature, int32_t top_k, float top_p, float min_p, float repetition,
+                               float presence, float frequency, uint64_t seed) {
+  RequestSampling s;
+  s.temperature = temperature;
+  s.top_k = top_k;
+  s.top_p = top_p;
+  s.min_p = min_p;
+  s.repetition_penalty = repetition;
+  s.presence_penalty = presence;
+  s.frequency_penalty = frequency;
+  s.seed = seed;
+  return s;
+}
+
 TEST(ValidateRequest, KeepsGivenValues) {
   GenerateParams params = token_params({1, 2, 3});
-  params.sampling = {0.0f, 40, 0.9f, 0.05f, 1.1f, -0.5f, 0.5f, 42};
+  params.sampling = basic_sampling(0.0f, 40, 0.9f, 0.05f, 1.1f, -0.5f, 0.5f, 42);
   params.stopping.max_new_tokens = 10;
   params.stopping.stop_token_ids = {9, 3, 9};
   params.stopping.stop_strings = {"\n\n"};
@@ -87,12 +102,12 @@ TEST(ValidateRequest, KeepsGivenValues) {
 
 TEST(ValidateRequest, AcceptsRangeBoundaries) {
   GenerateParams params = token_params({1, 2, 3, 4});
-  params.sampling = {100.0f, kVocab, 1.0f, 1.0f, 10.0f, 2.0f, -2.0f, 0};
+  params.sampling = basic_sampling(100.0f, kVocab, 1.0f, 1.0f, 10.0f, 2.0f, -2.0f, 0);
   params.stopping.max_new_tokens = kContext - 4;
   params.stopping.stop_token_ids = {0, kVocab - 1};
   EXPECT_TRUE(validate(params).ok()) << validate(params).status();
 
-  params.sampling = {0.0f, 0, 1e-6f, 0.0f, 1e-6f, -2.0f, 2.0f, 0};
+  params.sampling = basic_sampling(0.0f, 0, 1e-6f, 0.0f, 1e-6f, -2.0f, 2.0f, 0);
   params.stopping.max_new_tokens = 1;
   EXPECT_TRUE(validate(params).ok()) << validate(params).status();
 

@@ -278,6 +278,7 @@ SchedulerConfig simulation_config(int32_t decode_steps) {
   c.prefill_chunk = 20;
   c.max_queue = 8;
   c.decode_steps = decode_steps;
+  c.prefix_cache = false;  // the fake worker checks pages are never shared (prefix_cache_test.cpp covers reuse)
   return c;
 }
 

@@ -54,6 +54,7 @@ SchedulerConfig config(int32_t num_pages, int32_t page_size, int32_t max_batch =
   c.prefill_chunk = 64;
   c.max_queue = 16;
   c.decode_steps = 1;
+  c.prefix_cache = false;  // these tests count pages without reuse; prefix_cache_test.cpp covers it
   return c;
 }
 

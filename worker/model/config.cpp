@@ -201,8 +201,14 @@ absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text, con
     if (!t["tie_word_embeddings"].is_boolean()) return r.error("tie_word_embeddings", "must be a boolean");
     c.tie_word_embeddings = t["tie_word_embeddings"].get<bool>();
   }
+  // Qwen2/Qwen3 apply their window only to some layers (max_window_layers): refused. With
+  // use_sliding_window false (or absent) their sliding_window field means nothing.
   if (t.contains("use_sliding_window") && t["use_sliding_window"].is_boolean() && t["use_sliding_window"].get<bool>()) {
     return r.error("use_sliding_window", "true is not supported");
+  }
+  // Mistral applies its sliding_window to every layer (null or absent = off).
+  if (c.architecture == Architecture::kMistral) {
+    EXL3_ASSIGN_OR_RETURN(c.sliding_window, r.get_int(t, "sliding_window", 0, 1));
   }
   EXL3_ASSIGN_OR_RETURN(c.rope, parse_rope(r, t, c.max_position_embeddings));
   if (c.rotary_dim() % 2 != 0 || c.rotary_dim() < 2) return r.error("partial_rotary_factor", "gives an odd rotary dim");

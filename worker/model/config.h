@@ -44,6 +44,9 @@ struct ModelConfig {
   double rms_norm_eps = 1e-6;
   bool tie_word_embeddings = false;
   bool qk_norm = false;  // Qwen3: per-head RMSNorm of q and k before RoPE
+  // Mistral's `sliding_window` (every layer): a token at position p attends to positions
+  // p - sliding_window + 1 .. p only; 0 = full causal attention (null or absent in config.json).
+  int64_t sliding_window = 0;
   RopeConfig rope;
   std::optional<int32_t> bos_token_id;
   std::vector<int32_t> eos_token_ids;

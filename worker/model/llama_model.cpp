@@ -190,6 +190,7 @@ KvCacheShape LlamaModel::cache_shape(int64_t num_pages, int64_t page_size) const
   shape.head_dim = config_.head_dim;
   shape.num_pages = num_pages;
   shape.page_size = page_size;
+  shape.window = config_.sliding_window;
   return shape;
 }
 

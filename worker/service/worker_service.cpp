@@ -208,6 +208,9 @@ class WorkerSession {
     if (load.max_seqs() > 0) eo.max_seqs = load.max_seqs();
     if (load.max_logit_rows() > 0) eo.max_logit_rows = load.max_logit_rows();
     eo.step_graphs = options_.step_graphs;
+    eo.cache_bits.k = load.cache_k_bits() > 0 ? load.cache_k_bits() : 16;  // 0 = unset: full precision
+    eo.cache_bits.v = load.cache_v_bits() > 0 ? load.cache_v_bits() : 16;
+    EXL3_RETURN_IF_ERROR(validate_kv_cache_bits(eo.cache_bits, "LoadShard cache bits (K,V)"));
     EXL3_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), eo, comm_.get()));
     out->set_weight_bytes(static_cast<int64_t>(engine_->model().allocated_bytes()));
     out->set_cache_bytes(static_cast<int64_t>(engine_->cache_bytes()));
@@ -221,9 +224,11 @@ class WorkerSession {
       m->set_hash(f.hash);
     }
     out->set_load_seconds(std::chrono::duration<double>(Clock::now() - t0).count());
-    std::fprintf(stderr, "exl3-worker rank %d: loaded: %.1f MiB weights, %.1f MiB cache, %.1f MiB workspace in %.2f s\n",
+    std::fprintf(stderr,
+                 "exl3-worker rank %d: loaded: %.1f MiB weights, %.1f MiB cache (K,V bits %s), %.1f MiB workspace in "
+                 "%.2f s\n",
                  options_.rank, out->weight_bytes() / 1048576.0, out->cache_bytes() / 1048576.0,
-                 out->workspace_bytes() / 1048576.0, out->load_seconds());
+                 kv_cache_bits_name(eo.cache_bits).c_str(), out->workspace_bytes() / 1048576.0, out->load_seconds());
     if (cuda()) {
       EXL3_RETURN_IF_ERROR(annotate(backend_->synchronize(), "after loading"));
       const MeasuredDeviceMemory d = measure_cuda_memory(*backend_);
@@ -240,10 +245,11 @@ class WorkerSession {
     const auto t0 = Clock::now();
     EXL3_ASSIGN_OR_RETURN(const StepOutput result, engine_->run_step(step_from_proto(step)));
     out->set_step_id(step.step_id());
-    for (const auto& [seq_id, tokens] : result.tokens) {
+    for (size_t i = 0; i < result.tokens.size(); ++i) {
       pb::SequenceTokens* st = out->add_sequences();
-      st->set_seq_id(seq_id);
-      st->mutable_token_ids()->Add(tokens.begin(), tokens.end());
+      st->set_seq_id(result.tokens[i].first);
+      st->mutable_token_ids()->Add(result.tokens[i].second.begin(), result.tokens[i].second.end());
+      if (i < result.logprobs.size()) logprobs_to_proto(result.logprobs[i], st);
     }
     for (const auto& [seq_id, logits] : result.logits) {
       pb::SequenceLogits* sl = out->add_logits();
