@@ -6,7 +6,8 @@
 namespace exl3 {
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<LlamaModel> model,
-                                                       const EngineOptions& options, Communicator* comm) {
+                                                       const EngineOptions& options, Communicator* comm,
+                                                       std::unique_ptr<DraftModel> draft) {
   std::unique_ptr<Engine> e(new Engine());
   e->model_ = std::move(model);
   e->comm_ = comm;
@@ -32,6 +33,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<LlamaMode
   EXL3_ASSIGN_OR_RETURN(e->sampled_ids_, be.allocate(DType::kI32, {sample_rows}, "sampled token ids"));
   EXL3_ASSIGN_OR_RETURN(e->sampled_logprobs_,
                         be.allocate(DType::kF32, {sample_rows, kLogprobWidth}, "sampled token logprobs"));
+  if (options.draft_rank >= 0) {
+    const int rank = comm == nullptr ? 0 : comm->rank();
+    if ((rank == options.draft_rank) != (draft != nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", rank, ": the drafting rank is ", options.draft_rank,
+                                                     draft != nullptr ? ", yet this rank was given a draft model"
+                                                                      : ", yet it has no draft model"));
+    }
+    if (draft != nullptr && !e->model_->shard().has_head) {
+      return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " drafts but does not compute the head"));
+    }
+    EXL3_ASSIGN_OR_RETURN(e->spec_exchange_, be.allocate(DType::kF32, {options.max_seqs * (kMaxDraftTokens + 2)},
+                                                         "speculative decoding exchange"));
+    e->draft_ = std::move(draft);
+  }
   return e;
 }
 
@@ -39,10 +54,19 @@ absl::Status Engine::validate(const StepInput& input) const {
   const int64_t vocab = model_->config().vocab_size, pages = cache_->shape().num_pages;
   const int64_t page_size = cache_->shape().page_size;
   if (input.decode_steps < 1) return absl::InvalidArgumentError("decode_steps must be >= 1");
+  const bool speculative = input.speculative && input.decode_steps > 1;
+  if (speculative && input.decode_steps - 1 > kMaxDraftTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("a speculative step of ", input.decode_steps - 1,
+                                                   " draft tokens; at most ", kMaxDraftTokens));
+  }
   int64_t tokens = 0, rows = 0;
   for (const StepSequence& s : input.sequences) {
     tokens += static_cast<int64_t>(s.tokens.size());
     rows += s.return_logits ? static_cast<int64_t>(s.tokens.size()) : s.sample ? 1 : 0;
+    if (speculative && speculates(s)) {  // the proposals run and are scored too
+      tokens += input.decode_steps - 1;
+      rows += input.decode_steps - 1;
+    }
   }
   if (tokens > options_.max_step_tokens || static_cast<int64_t>(input.sequences.size()) > options_.max_seqs ||
       rows > options_.max_logit_rows) {
@@ -159,6 +183,10 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
 
 absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
   EXL3_RETURN_IF_ERROR(validate(input));
+  if (input.speculative && input.decode_steps > 1) {
+    if (options_.draft_rank < 0) return absl::InvalidArgumentError("a speculative step, but no draft model is loaded");
+    return run_speculative_step(input);
+  }
   std::vector<BatchEntry> batch;
   std::vector<const StepSequence*> samplers;
   for (const StepSequence& s : input.sequences) {
@@ -166,6 +194,7 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
     if (!s.history_prefix.empty()) h.tokens = s.history_prefix;  // positions reused from the prefix cache
     h.tokens.resize(s.start_pos);  // a recomputed sequence restarts from start_pos
     h.tokens.insert(h.tokens.end(), s.tokens.begin(), s.tokens.end());
+    if (draft_ != nullptr) draft_->keep_positions(s.seq_id, s.start_pos);
     if (s.prompt_len > 0) h.prompt_len = s.prompt_len;
     if (!s.sampling.dry_breakers.empty()) h.dry_breakers = s.sampling.dry_breakers;
     const LogitsMode mode = s.return_logits ? LogitsMode::kAll : s.sample ? LogitsMode::kLast : LogitsMode::kNone;
@@ -221,7 +250,10 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
 }
 
 void Engine::release(const std::vector<uint64_t>& seq_ids) {
-  for (uint64_t id : seq_ids) histories_.erase(id);
+  for (uint64_t id : seq_ids) {
+    histories_.erase(id);
+    if (draft_ != nullptr) draft_->release(id);
+  }
 }
 
 }  // namespace exl3

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/sampling.h"
 #include "worker/comm/communicator.h"
+#include "worker/draft_model.h"
 #include "worker/kv_cache.h"
 #include "worker/model/llama_model.h"
 
@@ -36,6 +37,12 @@ struct StepInput {
   int32_t decode_steps = 1;
   // (src, dst) KV pages copied in order before the forward (prefix reuse's copy-on-write).
   std::vector<std::pair<int32_t, int32_t>> page_copies = {};
+  // Speculative decoding (an engine with a draft group, decode_steps >= 2): every decoding sequence
+  // (one token at the end of its history, sampled) runs one draft-and-verify round instead of
+  // decode_steps plain iterations: the draft proposes decode_steps - 1 tokens, the target scores
+  // them in one forward and keeps a prefix by rejection sampling (kernels/speculative.h), then one
+  // more token; 1..decode_steps tokens come back. Other sequences run as in a plain step.
+  bool speculative = false;
 };
 
 struct StepOutput {
@@ -59,14 +66,25 @@ struct EngineOptions {
   bool step_graphs = true;
   // KV cache widths (KvCacheBits: 16 = full precision, 2..8 = quantized as exl3-format.md §9).
   KvCacheBits cache_bits{};
+  // Speculative decoding: the rank that drafts and verifies (the lowest rank with the head), -1 =
+  // none. Every rank of the group gets the same value; only that rank is given the DraftModel.
+  int draft_rank = -1;
 };
+
+// Most tokens a draft proposes in one round.
+inline constexpr int32_t kMaxDraftTokens = 16;
+
+// Whether a sequence of a speculative step drafts: one token to run and a token to sample.
+inline bool speculates(const StepSequence& s) { return s.sample && !s.return_logits && s.tokens.size() == 1; }
 
 class Engine {
  public:
   // Allocates the KV cache and reserves the model's workspace for the options' limits on the
   // model's backend. `comm` must outlive the engine; null for a single rank.
+  // `draft` (speculative decoding) is given to the rank options.draft_rank names, null elsewhere.
   static absl::StatusOr<std::unique_ptr<Engine>> create(std::unique_ptr<LlamaModel> model,
-                                                        const EngineOptions& options, Communicator* comm);
+                                                        const EngineOptions& options, Communicator* comm,
+                                                        std::unique_ptr<DraftModel> draft = nullptr);
 
   const LlamaModel& model() const { return *model_; }
   uint64_t cache_bytes() const { return cache_->bytes(); }
@@ -86,6 +104,11 @@ class Engine {
   };
   Engine() = default;
   absl::Status validate(const StepInput& input) const;
+  // run_step's speculative round (engine_speculative.cpp).
+  absl::StatusOr<StepOutput> run_speculative_step(const StepInput& input);
+  // Sums `values` over the ranks (the drafting rank contributes, the others zeros) so every rank
+  // holds the drafting rank's values; no-op for a single rank. values.size() <= spec_exchange_.
+  absl::Status share_from_draft_rank(std::vector<float>& values);
   // Samples one token for each of `seqs` from its row rows[i] of `logits` (F32 [r, vocab] on the
   // backend's device; [0, vocab] on a layer-split rank without the head) on the backend, and
   // downloads the ids (and the logprob rows of sequences that ask, appended to (*logprobs)[i] on
@@ -102,6 +125,8 @@ class Engine {
   Tensor sampled_ids_;    // I32 [max(max_seqs, max_logit_rows)] on the device: the sampler's output
   Tensor sampled_logprobs_;  // F32 [same rows, kLogprobWidth] on the device: SampleBatch::logprobs
   int64_t sampling_history_ = 0;  // history tokens the backend's sampler buffers hold
+  std::unique_ptr<DraftModel> draft_;  // on the drafting rank
+  Tensor spec_exchange_;  // F32 [max_seqs * (kMaxDraftTokens + 2)]: proposals and verdicts shared
   std::map<uint64_t, History> histories_;
 };
 
