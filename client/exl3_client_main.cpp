@@ -74,6 +74,9 @@ int main(int argc, char** argv) {
   generate->add_option("--xtc-probability", gen.xtc_probability, "XTC: chance of cutting the top choices; 0 = off");
   generate->add_flag("--temperature-last", gen.temperature_last, "Apply temperature after the truncation filters");
   generate->add_option("--logprobs", gen.logprobs, "Return each token's logprob and the N most likely (0-20)");
+  generate->add_option("--ban-string", gen.banned_strings,
+                       "Never output STR (ASCII case-insensitive): back off and sample again; repeatable")
+      ->allow_extra_args(false);
   generate->add_option("--stop", gen.stop_strings, "Stop when the text contains STR (not returned); repeatable")
       ->allow_extra_args(false);
   generate->add_option("--stop-token", gen.stop_token_ids, "Stop after sampling token ID (returned); repeatable")

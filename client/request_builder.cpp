@@ -106,6 +106,7 @@ absl::StatusOr<exl3::v1::GenerateRequest> build_generate_request(const GenerateO
   if (options.xtc_probability) s.set_xtc_probability(*options.xtc_probability);
   if (options.temperature_last) s.set_temperature_last(true);
   if (options.logprobs) s.set_logprobs(*options.logprobs);
+  for (const std::string& str : options.banned_strings) s.add_banned_strings(str);
 
   exl3::v1::StoppingCriteria& stop = *request.mutable_stopping();
   if (options.max_new_tokens) stop.set_max_new_tokens(*options.max_new_tokens);

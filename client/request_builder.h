@@ -41,6 +41,7 @@ struct GenerateOptions {
   std::optional<float> xtc_probability;
   bool temperature_last = false;
   std::optional<int32_t> logprobs;
+  std::vector<std::string> banned_strings;  // --ban-string STR, repeatable
   std::vector<std::string> stop_strings;  // --stop, repeatable
   std::vector<int32_t> stop_token_ids;    // --stop-token, repeatable
   bool ignore_eos = false;

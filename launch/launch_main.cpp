@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
@@ -83,6 +84,14 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--decode-steps", c.decode_steps, "Decode iterations per worker command (fewer round trips)")
       ->capture_default_str();
+  app.add_option("--draft-model", c.draft_model_dir,
+                 "Speculative decoding: directory of a smaller model with the same tokenizer (e.g. the same model "
+                 "at fewer bits per weight); the lowest rank with the head loads it whole and proposes "
+                 "--draft-tokens tokens per decode step, which the model verifies in one forward (rejection "
+                 "sampling: outputs are distributed exactly as without a draft; greedy output is the same)");
+  app.add_option("--draft-tokens", c.draft_tokens, "Tokens the draft model proposes per decode step (1..16)")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   app.add_flag("--prefix-cache,!--no-prefix-cache", c.prefix_cache,
                "Reuse the KV cache pages of prompt prefixes computed before (kept after requests end, evicted least "
                "recently used when pages run short); --no-prefix-cache or --prefix-cache=false turns it off")
@@ -99,6 +108,48 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
   exl3::PublicApiFiles api_files;
   exl3::add_public_api_flags(app, c, api_files);
+  exl3::OpenAiGatewayOptions& gw = o.openai;
+  const char* env_python = std::getenv("EXL3_GATEWAY_PYTHON");
+  const char* env_script = std::getenv("EXL3_GATEWAY_SCRIPT");
+  gw.python = env_python != nullptr ? env_python : "";
+  gw.script = env_script != nullptr ? env_script : "";
+  double openai_ready_timeout_s = 60;
+  const char* openai_group = "OpenAI-compatible HTTP API (gateway/exl3-gateway, a Python service)";
+  app.add_option("--openai-port", gw.port,
+                 "Also serve the OpenAI API (/v1/models, /v1/completions, /v1/chat/completions, streaming as "
+                 "server-sent events) on this port (0 = any free port), through a gateway process started once the "
+                 "gRPC API serves and stopped with the rest; printed as \"openai api on http://HOST:PORT\". The "
+                 "gateway talks to the coordinator through the public gRPC API only. Needs scripts/setup's "
+                 "build/gateway-venv. Default: off")
+      ->check(CLI::Range(0, 65535))->group(openai_group);
+  app.add_option("--openai-host", gw.host,
+                 "Address of the OpenAI API (127.0.0.1: this machine only; 0.0.0.0: every interface)")
+      ->capture_default_str()->group(openai_group);
+  app.add_option("--openai-api-key-file", gw.api_key_file,
+                 "File holding the API key OpenAI clients must send (\"Authorization: Bearer KEY\"; others get 401). "
+                 "Default: no key")
+      ->check(CLI::ExistingFile)->group(openai_group);
+  app.add_option("--openai-chat-template", gw.chat_template,
+                 "Jinja chat template file for /v1/chat/completions instead of the model's (tokenizer_config.json "
+                 "chat_template or chat_template.jinja); a model without one serves completions only")
+      ->check(CLI::ExistingFile)->group(openai_group);
+  app.add_option("--openai-model-name", gw.model_name,
+                 "Model name OpenAI clients send and /v1/models lists (default: the model folder's name)")
+      ->group(openai_group);
+  app.add_option("--openai-python", gw.python,
+                 "Python interpreter with the gateway's packages (env EXL3_GATEWAY_PYTHON; default: "
+                 "build/gateway-venv/bin/python of the checkout holding exl3-launch, made by scripts/setup)")
+      ->group(openai_group);
+  app.add_option("--openai-gateway", gw.script,
+                 "Path of gateway/exl3-gateway (env EXL3_GATEWAY_SCRIPT; default: found in the checkout holding "
+                 "exl3-launch)")
+      ->group(openai_group);
+  app.add_option("--openai-grpc-tls-ca", gw.grpc_tls_ca,
+                 "With --tls-cert: the CA the gateway verifies the gRPC API's certificate with (default: --tls-cert "
+                 "itself, right for a self-signed certificate)")
+      ->group(openai_group);
+  app.add_option("--openai-ready-timeout", openai_ready_timeout_s, "Seconds for the gateway to start listening")
+      ->capture_default_str()->group(openai_group);
   CLI11_PARSE(app, argc, argv);
   o.step_graphs = step_graphs == "on";
   if (const auto bits = exl3::parse_kv_cache_bits(cache_bits, "--cache-bits"); bits.ok()) {
@@ -183,6 +234,26 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "exl3-launch: --split has %zu values for %d workers\n", o.split_gib.size(), c.world_size);
       return 2;
     }
+  }
+  if (gw.enabled() && !o.plan_only) {
+    const std::optional<std::string> root = exl3::find_gateway_root(self_dir());
+    if (gw.script.empty() && root) gw.script = *root + "/gateway/exl3-gateway";
+    if (gw.python.empty() && root) gw.python = *root + "/build/gateway-venv/bin/python";
+    if (gw.script.empty() || access(gw.script.c_str(), R_OK) != 0) {
+      std::fprintf(stderr, "exl3-launch: --openai-port: the gateway %s is not readable: pass --openai-gateway "
+                           "PATH/gateway/exl3-gateway (or set EXL3_GATEWAY_SCRIPT)\n",
+                   gw.script.empty() ? "(no gateway/exl3-gateway above this executable)" : gw.script.c_str());
+      return 2;
+    }
+    if (gw.python.empty() || access(gw.python.c_str(), X_OK) != 0) {
+      std::fprintf(stderr, "exl3-launch: --openai-port: the gateway's Python %s is not executable: run scripts/setup "
+                           "(it makes build/gateway-venv) or pass --openai-python (or set EXL3_GATEWAY_PYTHON)\n",
+                   gw.python.empty() ? "(none found)" : gw.python.c_str());
+      return 2;
+    }
+    gw.grpc_auth_token_file = api_files.auth_token_file;
+    if (gw.grpc_tls_ca.empty()) gw.grpc_tls_ca = api_files.tls_cert;
+    gw.ready_timeout = std::chrono::milliseconds(static_cast<int64_t>(openai_ready_timeout_s * 1000));
   }
   if (o.worker_bin.empty()) o.worker_bin = self_dir() + "/exl3-worker";
   if (!o.plan_only && access(o.worker_bin.c_str(), X_OK) != 0) {

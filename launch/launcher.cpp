@@ -73,6 +73,7 @@ Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals, const std::st
 
   std::future<absl::Status> startup = std::async(std::launch::async, [&] { return coordinator.start_serving(); });
   bool serving = false;
+  std::unique_ptr<OpenAiGateway> gateway;
   Outcome outcome = Outcome::kFailed;
   while (true) {
     auto exited = (*group)->wait_any(ProcessClock::now() + std::chrono::milliseconds(100), signals.fd());
@@ -108,11 +109,31 @@ Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals, const std::st
       serving = true;
       std::printf("serving on %s:%d\n", copts.host.c_str(), coordinator.public_port());
       std::fflush(stdout);
+      if (o.openai.enabled()) {
+        auto started = OpenAiGateway::start(o.openai, local_target(copts.host, coordinator.public_port()),
+                                            copts.model_dir, signals.fd());
+        if (absl::IsCancelled(started.status())) continue;  // the signal is handled on the next turn
+        if (!started.ok()) {
+          std::fprintf(stderr, "exl3-launch: %s\n", std::string(started.status().message()).c_str());
+          break;
+        }
+        gateway = std::move(*started);
+        std::printf("openai api on http://%s\n", gateway->address().c_str());
+        std::fflush(stdout);
+      }
     }
     if (serving) {
       const absl::Status f = coordinator.failure();
       if (!f.ok()) {
         std::fprintf(stderr, "exl3-launch: worker group failed: %s\n", std::string(f.message()).c_str());
+        break;
+      }
+    }
+    if (gateway != nullptr) {
+      auto exited = gateway->poll();
+      if (!exited.ok() || exited->has_value()) {
+        std::fprintf(stderr, "exl3-launch: the OpenAI gateway %s; stopping the group\n",
+                     exited.ok() ? (*exited)->describe().c_str() : std::string(exited.status().message()).c_str());
         break;
       }
     }
@@ -144,6 +165,9 @@ Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals, const std::st
     }
     report((*group)->terminate_all(std::chrono::milliseconds(5000)));
   }
+  // Last, so that the gateway relays the coordinator's final errors or completions to its clients
+  // (uvicorn lets open responses finish for up to 3 s after SIGTERM).
+  if (gateway != nullptr) gateway->stop(std::chrono::milliseconds(5000));
   return outcome;
 }
 

@@ -1,7 +1,9 @@
 // Launcher: one exl3-launch run. Plans the shards, spawns the workers, starts the coordinator,
 // supervises: a worker that dies fails in-flight requests (UNAVAILABLE), the group is torn down
 // in order and the launcher exits non-zero, or with --restart serves again. SIGINT/SIGTERM drain
-// then stop everything; a second signal stops at once. No process is left behind.
+// then stop everything; a second signal stops at once. No process is left behind. With
+// openai.port >= 0 the OpenAI gateway (openai_gateway.h) starts once the coordinator serves and
+// stops last; its exit stops the group.
 #pragma once
 
 #include <chrono>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "coordinator/server/coordinator.h"
+#include "launch/openai_gateway.h"
 
 namespace exl3 {
 
@@ -27,6 +30,8 @@ struct LaunchOptions {
   bool restart = false;
   int max_restarts = 3;
   std::chrono::milliseconds drain_timeout{30000};
+  // The OpenAI-compatible gateway, started once the coordinator serves (off unless openai.port >= 0).
+  OpenAiGatewayOptions openai;
 };
 
 // Returns the process exit code.

@@ -1,6 +1,9 @@
 // Step execution: batch assembly, multi-iteration decode and sampling.
 #include "worker/engine.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "absl/strings/str_cat.h"
 
 namespace exl3 {
@@ -98,6 +101,16 @@ absl::Status Engine::validate(const StepInput& input) const {
                                                        vocab, ")"));
       }
     }
+    for (size_t i = 0; i < s.banned_now.size(); ++i) {
+      if (s.banned_now[i] < 0 || s.banned_now[i] >= vocab || (i > 0 && s.banned_now[i] <= s.banned_now[i - 1])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("sequence ", s.seq_id, ": banned_now must be strictly increasing ids in [0, ", vocab, ")"));
+      }
+    }
+    if (!s.banned_now.empty() && static_cast<int64_t>(s.sampling.banned_ids.size() + s.banned_now.size()) >= vocab) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": banned_ids and banned_now ban all ",
+                                                     vocab, " tokens"));
+    }
     auto it = histories_.find(s.seq_id);
     const int64_t known = !s.history_prefix.empty()       ? static_cast<int64_t>(s.history_prefix.size())
                           : it == histories_.end() ? 0
@@ -139,6 +152,13 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
       r.params = seqs[i]->sampling;
       if (r.params.dry_multiplier != 0.0f && r.params.dry_breakers.empty()) r.params.dry_breakers = h.dry_breakers;
       r.position = static_cast<int64_t>(all.size());
+      if (!seqs[i]->banned_now.empty() &&
+          r.position == seqs[i]->start_pos + static_cast<int64_t>(seqs[i]->tokens.size())) {  // the first draw
+        std::vector<int32_t> bans;
+        std::set_union(r.params.banned_ids.begin(), r.params.banned_ids.end(), seqs[i]->banned_now.begin(),
+                       seqs[i]->banned_now.end(), std::back_inserter(bans));
+        r.params.banned_ids = std::move(bans);
+      }
       r.prompt_ids = all.first(std::min<size_t>(h.prompt_len, all.size()));
       r.output_ids = all.subspan(r.prompt_ids.size());
     }

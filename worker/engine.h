@@ -30,6 +30,9 @@ struct StepSequence {
   // Ids of positions [0, start_pos) reused from the prefix cache, on a sequence's first chunk when
   // start_pos > 0; they start its history (penalties). Empty otherwise.
   std::vector<int32_t> history_prefix = {};
+  // Banned strings: ids banned at this step's first sampled position only (merged into
+  // sampling.banned_ids for that draw), strictly increasing. Empty otherwise.
+  std::vector<int32_t> banned_now = {};
 };
 
 struct StepInput {
@@ -74,8 +77,11 @@ struct EngineOptions {
 // Most tokens a draft proposes in one round.
 inline constexpr int32_t kMaxDraftTokens = 16;
 
-// Whether a sequence of a speculative step drafts: one token to run and a token to sample.
-inline bool speculates(const StepSequence& s) { return s.sample && !s.return_logits && s.tokens.size() == 1; }
+// Whether a sequence of a speculative step drafts: one token to run and a token to sample (a draw
+// with banned_now, after a banned string's rewind, is a plain one).
+inline bool speculates(const StepSequence& s) {
+  return s.sample && !s.return_logits && s.tokens.size() == 1 && s.banned_now.empty();
+}
 
 class Engine {
  public:

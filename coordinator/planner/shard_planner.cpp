@@ -444,14 +444,42 @@ absl::Status validate(const ModelFootprint& fp, const PlannerOptions& o) {
 }
 
 // One planning attempt with exactly o.num_pages() pages.
-absl::StatusOr<std::vector<RankPlan>> plan_pages(const ModelFootprint& fp, const PlannerOptions& o) {
+std::string cache_text(const PlannerOptions& o, int64_t pages) {
+  return absl::StrCat(pages, " pages of ", o.page_size, " tokens = ", pages * o.page_size, " tokens");
+}
+
+absl::StatusOr<std::vector<RankPlan>> plan_model_pages(const ModelFootprint& fp, const PlannerOptions& o) {
   if (o.mode == PlanMode::kTensorParallel) return TpPlanner(fp, o).plan();
   return LayerPlanner(fp, o).plan();
 }
 
-std::string cache_text(const PlannerOptions& o, int64_t pages) {
-  return absl::StrCat(pages, " pages of ", o.page_size, " tokens = ", pages * o.page_size, " tokens");
+// The draft model's bytes on its rank: its weights, a full-precision cache of the same pages and
+// its workspace.
+uint64_t draft_bytes(const ModelFootprint& draft, const PlannerOptions& o) {
+  return draft.total_weight_bytes() + draft.total_cache_bytes(o.cache_tokens()) +
+         draft.workspace.bytes(o.step_tokens, o.max_seq_len);
 }
+
+// With a draft model, its rank (the lowest with the head: rank 0 in tp mode, the last in a layer
+// split) plans the model within its cap less the draft's bytes, which then count as workspace.
+absl::StatusOr<std::vector<RankPlan>> plan_pages(const ModelFootprint& fp, const PlannerOptions& o) {
+  if (o.draft == nullptr) return plan_model_pages(fp, o);
+  const int world = static_cast<int>(o.caps.size());
+  const int rank = o.mode == PlanMode::kTensorParallel ? 0 : world - 1;
+  const uint64_t extra = draft_bytes(*o.draft, o);
+  if (extra >= o.caps[rank]) {
+    return absl::ResourceExhaustedError(absl::StrCat("rank ", rank, " holds the draft model (", format_bytes(extra),
+                                                     " with its KV cache of ", cache_text(o, o.num_pages()),
+                                                     "), more than its cap of ", format_bytes(o.caps[rank])));
+  }
+  PlannerOptions model = o;
+  model.draft = nullptr;
+  model.caps[rank] -= extra;
+  EXL3_ASSIGN_OR_RETURN(std::vector<RankPlan> plans, plan_model_pages(fp, model));
+  plans[rank].workspace_bytes += extra;
+  return plans;
+}
+
 
 }  // namespace
 
@@ -497,7 +525,7 @@ StepShape PlannerOptions::step_shape() const {
   s.tokens = step_tokens;
   s.seqs = max_batch;
   s.pages_per_seq = num_pages();
-  s.logit_rows = max_batch;
+  s.logit_rows = max_batch * logit_rows_per_seq;
   s.page_size = page_size;
   return s;
 }

@@ -64,6 +64,14 @@ struct PlannerOptions {
   // fewer pages when the caps need it, see above); > 0 = exactly ceil(requested_cache_tokens /
   // page_size) pages, at least one full-length sequence, refused when the caps cannot hold them.
   int64_t requested_cache_tokens = 0;
+  // Logits rows per sequence in a step: 1, or 1 + draft tokens with speculative decoding (each
+  // decoding sequence scores its proposals too).
+  int64_t logit_rows_per_seq = 1;
+  // Speculative decoding's draft model (null = none): held whole by the lowest rank with the head
+  // (rank 0 in tp mode, the last rank in a layer split), with a full-precision KV cache of the same
+  // pages and its own workspace; that rank plans the model within its cap less those bytes, which
+  // its plan then counts as workspace.
+  const ModelFootprint* draft = nullptr;
   // Pages to price: plan_shards sets it on the options of each attempt; by hand, to price a given
   // cache (price_rank uses the plan's num_pages). 0 = wanted_pages().
   int64_t pages = 0;

@@ -131,6 +131,20 @@ void PrefixCache::acquire(const PrefixMatch& match, std::vector<int32_t>& pages)
   }
 }
 
+void PrefixCache::pin(int32_t page) {
+  EXL3_CHECK(page >= 0 && page < num_pages() && refs_[page] > 0, "pinning page ", page, " that is not held");
+  add_reference(page);
+  pinned_.push_back(page);
+}
+
+void PrefixCache::unpin(int32_t page) {
+  auto it = std::find(pinned_.begin(), pinned_.end(), page);
+  EXL3_CHECK(it != pinned_.end(), "unpinning page ", page, " that is not pinned");
+  pinned_.erase(it);
+  std::vector<int32_t> one{page};
+  release(one);
+}
+
 void PrefixCache::unpin_all() {
   release(pinned_);
 }

@@ -85,6 +85,11 @@ class PrefixCache {
   // Takes a reference on every shared page of `match` (appending them to `pages`) and pins its
   // copy source until unpin_all(), so that no allocation of this plan evicts it.
   void acquire(const PrefixMatch& match, std::vector<int32_t>& pages);
+  // Pins a held page (one more reference) until unpin_all(): the source of a copy that a later
+  // plan carries (a rewind's copy-on-write), so that no allocation evicts it before then.
+  void pin(int32_t page);
+  // Drops one pin of `page` (the copy it was pinned for will not run).
+  void unpin(int32_t page);
   void unpin_all();
   // Appends `count` pages (free ones first, lowest index; then evicting cached pages least recently
   // used first), each with one reference; false (nothing changed) when fewer are available.

@@ -249,6 +249,13 @@ absl::StatusOr<ValidatedRequest> validate_request(const GenerateParams& params, 
   out.prompt_ids = prompt_ids;
   out.max_context = limits.max_context;
   out.skip_special_tokens = params.skip_special_tokens;
+  out.vocab_size = limits.vocab_size;
+  for (size_t i = 0; i < params.sampling.banned_strings.size(); ++i) {
+    if (params.sampling.banned_strings[i].empty()) {
+      return invalid(absl::StrCat("sampling.banned_strings[", i, "] is empty: banned strings must be non-empty"));
+    }
+  }
+  out.banned_strings = params.sampling.banned_strings;
   EXL3_RETURN_IF_ERROR(apply_sampling(params.sampling, limits.vocab_size, random_seed, out.sampling));
   EXL3_RETURN_IF_ERROR(apply_stopping(params.stopping, limits, static_cast<int64_t>(prompt_ids.size()), out));
   return out;

@@ -43,6 +43,9 @@ struct RequestSampling {
   std::optional<float> xtc_probability;
   std::optional<bool> temperature_last;
   std::optional<int32_t> logprobs;
+  // Strings the output text must not contain (ASCII-case-insensitive; the serving loop's
+  // BannedStringFilter); each non-empty.
+  std::vector<std::string> banned_strings;
 };
 
 // DRY's sequence breakers when a request names none (those of text-generation-webui and
@@ -109,6 +112,10 @@ struct ValidatedRequest {
   std::vector<int32_t> stop_token_ids;  // sorted, without duplicates
   std::vector<std::string> stop_strings;
   bool skip_special_tokens = false;
+  std::vector<std::string> banned_strings;  // sampling.banned_strings as given (each non-empty)
+  // The model's vocabulary size (limits.vocab_size); the scheduler refuses a rewind whose bans
+  // would leave no token. 0 = unknown (no such check).
+  int32_t vocab_size = 0;
 };
 
 // Validates `params` against the model and normalises it.
@@ -125,8 +132,8 @@ struct ValidatedRequest {
 // >= 0, at most 64 non-empty dry_sequence_breakers, typical_p (0, 1], xtc_threshold (0, 1],
 // xtc_probability [0, 1], logprobs [0, 20], max_new_tokens >= 1 with
 // prompt length + max_new_tokens <= max_context (refused, never clamped), prompt ids and
-// stop_token_ids in [0, vocab_size), stop strings non-empty. A prompt must leave room for at
-// least one generated token.
+// stop_token_ids in [0, vocab_size), stop strings and sampling.banned_strings non-empty. A prompt
+// must leave room for at least one generated token.
 absl::StatusOr<ValidatedRequest> validate_request(const GenerateParams& params, const ModelLimits& limits,
                                                   const std::vector<int32_t>& prompt_ids, uint64_t random_seed);
 

@@ -12,6 +12,8 @@
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <functional>
+#include <iterator>
 #include <span>
 #include <string>
 #include <utility>
@@ -31,6 +33,12 @@ absl::Status validate_scheduler_config(const SchedulerConfig& c) {
     if (value < 1) {
       return absl::InvalidArgumentError(absl::StrCat("scheduler ", name, " must be >= 1, got ", value));
     }
+  }
+  if (c.speculative && static_cast<int64_t>(c.max_step_tokens) < static_cast<int64_t>(c.max_batch) * c.decode_steps) {
+    return absl::InvalidArgumentError(absl::StrCat("scheduler max_step_tokens (", c.max_step_tokens,
+                                                   ") must be >= max_batch x decode_steps (", c.max_batch, " x ",
+                                                   c.decode_steps, ") when speculative: each decoding sequence "
+                                                   "runs its token and its proposals"));
   }
   if (c.max_step_tokens < c.max_batch) {
     return absl::InvalidArgumentError(absl::StrCat("scheduler max_step_tokens (", c.max_step_tokens,
@@ -113,6 +121,7 @@ void Scheduler::requeue(SeqId id) {
   seq.sent = false;
   running_.erase(id);
   queue_.insert(id);
+  drop_rewind_copies(id, /*only_stale=*/false);
 }
 
 void Scheduler::preempt(SeqId id) {
@@ -185,6 +194,12 @@ std::optional<StepPlan> Scheduler::next_step() {
   grow_decodes();
   StepPlan plan;
   InFlightStep record;
+  // Rewinds' copies first (their sequences are running: each has its decode in this plan).
+  for (const auto& [id, copy] : rewind_copies_) {
+    plan.page_copies.push_back(copy);
+    record.copied.push_back(id);
+  }
+  rewind_copies_.clear();
   admit(plan.page_copies, record.copied);
   // Copy sources are pinned only while this plan is made: the copies run before any write of it.
   pages_.unpin_all();
@@ -202,6 +217,10 @@ std::optional<StepPlan> Scheduler::next_step() {
     if (!seq.sent && seq.num_computed > 0) {
       entry.history_prefix.assign(seq.tokens.begin(), seq.tokens.begin() + seq.num_computed);
     }
+    if (entry.sample) {
+      auto bans = seq.bans.find(seq.num_known() - seq.prompt_len);
+      if (bans != seq.bans.end()) entry.banned_now = bans->second;
+    }
     record.entries.push_back({id, seq.num_computed, count, entry.sample});
     plan.sequences.push_back(std::move(entry));
     budget -= count;
@@ -210,7 +229,9 @@ std::optional<StepPlan> Scheduler::next_step() {
   // prefill chunks oldest first while the token budget lasts.
   for (const SeqId id : running_) {
     Sequence& seq = seqs_.at(id);
-    if (seq.num_pending() == 1) add(id, seq, 1);
+    if (seq.num_pending() != 1) continue;
+    add(id, seq, 1);
+    if (config_.speculative) budget -= config_.decode_steps - 1;  // the proposals run too
   }
   for (const SeqId id : running_) {
     Sequence& seq = seqs_.at(id);
@@ -333,8 +354,8 @@ absl::StatusOr<std::vector<SequenceUpdate>> Scheduler::complete_step(const StepO
   return updates;
 }
 
-// A sequence admitted with a page copy in the abandoned step relied on that copy: back to the
-// queue, so it is matched again when re-admitted.
+// A sequence admitted (or rewound) with a page copy in the abandoned step relied on that copy:
+// back to the queue, so it is matched again when re-admitted.
 void Scheduler::abandon_step() {
   if (!in_flight_.has_value()) return;
   for (const SeqId id : in_flight_->copied) {
@@ -353,7 +374,100 @@ void Scheduler::end_sequence(SeqId id) {
     queue_.erase(id);
   }
   if (seq.sent) released_.push_back(id);
+  drop_rewind_copies(id, /*only_stale=*/false);
   seqs_.erase(id);
+}
+
+void Scheduler::drop_rewind_copies(SeqId id, bool only_stale) {
+  const std::vector<int32_t>* pages = only_stale ? &seqs_.at(id).pages : nullptr;
+  std::erase_if(rewind_copies_, [&](const std::pair<SeqId, PageCopy>& c) {
+    if (c.first != id) return false;
+    if (pages != nullptr && std::find(pages->begin(), pages->end(), c.second.dst) != pages->end()) return false;
+    pages_.unpin(c.second.src);
+    return true;
+  });
+}
+
+absl::Status Scheduler::rewind(SeqId id, int32_t output_tokens, int32_t banned_token) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("rewind: no live sequence ", id));
+  if (in_flight_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rewind of sequence ", id, " while step ", in_flight_->step_id, " is in flight"));
+  }
+  Sequence& seq = it->second;
+  const int32_t generated = seq.num_known() - seq.prompt_len;
+  if (output_tokens < 0 || output_tokens >= generated) {
+    return absl::InvalidArgumentError(absl::StrCat("rewind of sequence ", id, " to ", output_tokens,
+                                                   " output tokens: it has ", generated));
+  }
+  const int32_t sampled = seq.tokens[seq.prompt_len + output_tokens];
+  if (sampled != banned_token) {
+    return absl::InvalidArgumentError(absl::StrCat("rewind of sequence ", id, ": token ", banned_token,
+                                                   " to ban at output position ", output_tokens, " but it sampled ",
+                                                   sampled, " there"));
+  }
+  if (seq.rewinds >= kMaxRewinds) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("sequence ", id, " already rewound ", seq.rewinds, " times (the limit)"));
+  }
+  std::vector<int32_t> bans;
+  if (auto b = seq.bans.find(output_tokens); b != seq.bans.end()) bans = b->second;
+  bans.insert(std::lower_bound(bans.begin(), bans.end(), banned_token), banned_token);
+  const std::vector<int32_t>& always = seq.request.sampling.banned_ids;
+  std::vector<int32_t> all;
+  std::set_union(always.begin(), always.end(), bans.begin(), bans.end(), std::back_inserter(all));
+  if (seq.request.vocab_size > 0 && static_cast<int64_t>(all.size()) >= seq.request.vocab_size) {
+    return absl::ResourceExhaustedError(absl::StrCat("sequence ", id, ": banning token ", banned_token,
+                                                     " at output position ", output_tokens,
+                                                     " would leave no token of the vocabulary"));
+  }
+  ++seq.rewinds;
+  ++rewinds_;
+  seq.bans.erase(seq.bans.upper_bound(output_tokens), seq.bans.end());
+  seq.bans[output_tokens] = std::move(bans);
+  seq.tokens.resize(static_cast<size_t>(seq.prompt_len + output_tokens));
+  if (seq.running) rewind_pages(id, seq);
+  return absl::OkStatus();
+}
+
+void Scheduler::rewind_pages(SeqId id, Sequence& seq) {
+  const int32_t ps = config_.page_size;
+  const int32_t w = std::min(seq.num_computed, seq.num_known() - 1);  // first position written again
+  if (w == seq.num_computed) return;  // nothing computed from there on
+  seq.num_computed = w;
+  seq.chain.recorded = std::min(seq.chain.recorded, w);
+  seq.chain.ids.resize(static_cast<size_t>(seq.chain.recorded / ps));
+  seq.chain.hashes.resize(seq.chain.ids.size());
+  // A page only this sequence references and the index does not know may be written as it is.
+  auto is_private = [&](int32_t page) { return pages_.references(page) == 1 && !pages_.has_entry(page); };
+  // Pages written from their first position on: keep the private ones up to the first that is
+  // not; give that one and the rest back (cached ones keep their contents for other requests).
+  size_t keep = static_cast<size_t>(w / ps + (w % ps != 0 ? 1 : 0));
+  while (keep < seq.pages.size() && is_private(seq.pages[keep])) ++keep;
+  if (keep < seq.pages.size()) {
+    std::vector<int32_t> dropped(seq.pages.begin() + static_cast<std::ptrdiff_t>(keep), seq.pages.end());
+    seq.pages.resize(keep);
+    pages_.release(dropped);
+  }
+  drop_rewind_copies(id, /*only_stale=*/true);
+  if (w % ps == 0 || is_private(seq.pages[w / ps])) return;
+  // The page holding the rewind point keeps its first w % ps positions: a private copy.
+  const size_t k = static_cast<size_t>(w / ps);
+  const int32_t old = seq.pages[k];
+  if (pages_.available() < 1) {
+    requeue(id);
+    ++preemptions_;
+    return;
+  }
+  pages_.pin(old);
+  std::vector<int32_t> fresh;
+  EXL3_CHECK(pages_.allocate(1, fresh), "allocation of a page after the check");
+  std::vector<int32_t> one{old};
+  pages_.release(one);
+  seq.pages[k] = fresh[0];
+  rewind_copies_.push_back({id, PageCopy{old, fresh[0]}});
+  ++rewind_page_copies_;
 }
 
 absl::Status Scheduler::finish(SeqId id, FinishReason reason) {
@@ -423,6 +537,8 @@ SchedulerStats Scheduler::stats() const {
   s.generated_tokens = generated_tokens_;
   s.prompt_tokens_computed = prompt_tokens_computed_;
   s.prompt_tokens_reused = prompt_tokens_reused_;
+  s.rewinds = rewinds_;
+  s.rewind_page_copies = rewind_page_copies_;
   return s;
 }
 
@@ -445,6 +561,14 @@ absl::Status Scheduler::check_invariants() const {
     if (seq.num_known() >= seq.token_limit() || seq.num_computed >= seq.num_known() || seq.num_computed < 0) {
       return broken("sequence ", id, ": ", seq.num_known(), " tokens, ", seq.num_computed, " computed, limit ",
                     seq.token_limit());
+    }
+    if (seq.rewinds > kMaxRewinds) return broken("sequence ", id, " rewound ", seq.rewinds, " times");
+    for (const auto& [position, banned] : seq.bans) {
+      if (position < 0 || position > seq.num_known() - seq.prompt_len || banned.empty() ||
+          std::adjacent_find(banned.begin(), banned.end(), std::greater_equal<int32_t>()) != banned.end()) {
+        return broken("sequence ", id, ": bans at output position ", position, " of ",
+                      seq.num_known() - seq.prompt_len);
+      }
     }
     if (!seq.running) {
       if (!seq.pages.empty() || seq.num_computed != 0 || !seq.chain.ids.empty()) {
@@ -491,6 +615,17 @@ absl::Status Scheduler::check_invariants() const {
     }
   }
   if (const absl::Status s = pages_.check(holders); !s.ok()) return broken(s.message());
+  for (const auto& [id, copy] : rewind_copies_) {
+    auto it = seqs_.find(id);
+    if (it == seqs_.end() || !it->second.running) return broken("rewind copy of sequence ", id, " that does not run");
+    const std::vector<int32_t>& pages = it->second.pages;
+    if (std::find(pages.begin(), pages.end(), copy.dst) == pages.end() || pages_.references(copy.dst) != 1 ||
+        pages_.has_entry(copy.dst) || copy.src == copy.dst || pages_.references(copy.src) < 1 ||
+        std::find(pages.begin(), pages.end(), copy.src) != pages.end()) {
+      return broken("rewind copy ", copy.src, " -> ", copy.dst, " of sequence ", id,
+                    " is not from a held page into one of its private pages");
+    }
+  }
   return absl::OkStatus();
 }
 

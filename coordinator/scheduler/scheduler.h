@@ -9,7 +9,8 @@
 //     plan = next_step()                 -> nullopt when there is nothing to run
 //     send ReleaseSequences(plan.released), then Step(plan) to every rank
 //     updates = complete_step(outcome)   -> new tokens per sequence, finish reasons
-//     (stream text; on a stop string call finish(id, kStopString))
+//     (stream text; on a stop string call finish(id, kStopString); on a banned string
+//      rewind(id, kept output tokens, token to ban))
 //   cancel(id) / finish(id, reason) at any time, also while a step is in flight.
 //
 // Policies (why in scheduler.cpp):
@@ -45,6 +46,17 @@
 //    A head request waits (strict FIFO) while a running sequence is still prefilling tokens that
 //    it shares with it, so requests arriving together behind one long common prompt compute it once.
 //    Preemption drops the sequence's references; its computed pages stay cached.
+//  - Banned strings: rewind() takes a sequence back to its first n output tokens between steps
+//    and bans, at output position n, the token it had sampled there; the next step runs its last
+//    kept token again (its logits are needed) and its first draw gets the bans of that position
+//    (SequencePlan.banned_now; bans of a position accumulate, those of later positions are dropped
+//    since their prefix changed). Positions from the rewind point on are rewritten with other
+//    tokens, so the sequence's index entries there are dropped from its chain, and nobody else's
+//    KV is touched: the page holding the rewind point, when shared or indexed, is replaced by a
+//    private copy (StepPlan.page_copies of the next plan; the original stays cached for others),
+//    and later pages that are shared or indexed are given back (they stay cached with their old,
+//    still valid, contents; growth allocates fresh ones). A sequence rewinds at most kMaxRewinds
+//    times.
 //  - No clocks: the caller timestamps submissions and updates for usage and rates.
 #pragma once
 
@@ -52,6 +64,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -73,6 +86,9 @@ struct SchedulerConfig {
   int32_t prefill_chunk = 512;     // most prompt tokens of one sequence per step
   int32_t max_queue = 1024;        // submit refuses while this many wait (preempted ones included)
   int32_t decode_steps = 1;        // decode iterations per step (Step.decode_steps), before capping
+  // Speculative decoding: a decoding sequence's step runs its token and decode_steps - 1 draft
+  // proposals (all count against max_step_tokens) and returns 1..decode_steps tokens.
+  bool speculative = false;
   bool prefix_cache = true;        // reuse cached KV pages of common prefixes (exl3-launch --prefix-cache)
 };
 
@@ -100,6 +116,9 @@ struct SequencePlan {
   // On the first chunk after (re)admission when start_pos > 0 (positions reused from the prefix
   // cache): the token ids of positions [0, start_pos), for the worker's history. Empty otherwise.
   std::vector<int32_t> history_prefix;
+  // When sample is true: ids banned at this step's first sampled position only (rewind()'s bans
+  // of that output position), strictly increasing; empty when there are none.
+  std::vector<int32_t> banned_now;
 };
 
 struct StepPlan {
@@ -109,8 +128,9 @@ struct StepPlan {
   // Sequences whose worker-side state (token history) must be dropped before this step runs:
   // finished, cancelled or preempted since the previous plan. Send these first.
   std::vector<SeqId> released;
-  // Pages every rank copies, in order, before this step's forward (copy-on-write of prefix reuse).
-  // No page is both a destination and a later source; no destination is referenced elsewhere.
+  // Pages every rank copies, in order, before this step's forward (copy-on-write of prefix reuse,
+  // and of rewinds into shared or indexed pages). No page is both a destination and a later
+  // source; no destination is referenced elsewhere.
   std::vector<PageCopy> page_copies;
 };
 
@@ -165,7 +185,12 @@ struct SchedulerStats {
   // admission; a preempted sequence counts again when re-admitted.
   int64_t prompt_tokens_computed = 0;
   int64_t prompt_tokens_reused = 0;
+  int64_t rewinds = 0;             // rewind() calls that took effect (banned strings)
+  int64_t rewind_page_copies = 0;  // pages rewinds replaced by a private copy (shared or indexed)
 };
+
+// Most rewinds of one sequence (banned strings); rewind() refuses more.
+inline constexpr int32_t kMaxRewinds = 256;
 
 class Scheduler {
  public:
@@ -208,6 +233,17 @@ class Scheduler {
   // Cancels every live sequence (e.g. when a worker died); returns their ids in arrival order.
   std::vector<SeqId> cancel_all();
 
+  // Banned strings: keeps the first `output_tokens` generated tokens of a live sequence, drops the
+  // rest, and bans `banned_token` (which must be the token it generated at output position
+  // `output_tokens`) at that position. Legal only while no step is in flight (the serving loop
+  // calls it after complete_step). Errors change nothing: NOT_FOUND for an unknown or ended id (a
+  // sequence that finished cannot rewind), FAILED_PRECONDITION while a step is in flight,
+  // INVALID_ARGUMENT when output_tokens is not in [0, generated) or banned_token is not the token
+  // there, RESOURCE_EXHAUSTED after kMaxRewinds rewinds or when the bans of that position would
+  // leave no token of the vocabulary (ValidatedRequest.vocab_size). When no page is available for
+  // the copy-on-write the sequence is preempted (recomputed later, counted in preemptions).
+  absl::Status rewind(SeqId id, int32_t output_tokens, int32_t banned_token);
+
   // Moves out the pending releases (next_step() also puts them into the plan); for flushing them
   // to the workers while no step runs.
   std::vector<SeqId> take_released();
@@ -224,7 +260,9 @@ class Scheduler {
   // with another that is not full and before both sequences' computed positions, is an error; an
   // indexed page holds the tokens of every sequence holding it, at computed positions only; queued
   // sequences hold no pages; each running sequence's pages cover its computed positions and never
-  // exceed what its last position needs; at most max_batch run.
+  // exceed what its last position needs; at most max_batch run; rewinds: at most kMaxRewinds per
+  // sequence, bans only at output positions it has reached, each list strictly increasing, and a
+  // pending rewind copy goes from a held page to a private, unindexed page of a running sequence.
   absl::Status check_invariants() const;
 
  private:
@@ -237,6 +275,9 @@ class Scheduler {
     PrefixChain chain;  // its place in the prefix cache's index
     bool running = false;
     bool sent = false;  // in a step since last (re)admission: workers hold state for it
+    // Banned strings: ids banned per output position (strictly increasing), and rewinds so far.
+    std::map<int32_t, std::vector<int32_t>> bans;
+    int32_t rewinds = 0;
 
     int32_t num_known() const { return static_cast<int32_t>(tokens.size()); }
     int32_t num_pending() const { return num_known() - num_computed; }
@@ -268,6 +309,11 @@ class Scheduler {
   void requeue(SeqId id);
   void preempt(SeqId id);
   void end_sequence(SeqId id);
+  // rewind()'s pages: positions from min(num_computed, known - 1) on will be rewritten.
+  void rewind_pages(SeqId id, Sequence& seq);
+  // Drops the pending rewind copies of `id` (all, or those into pages it no longer holds) and
+  // unpins their sources.
+  void drop_rewind_copies(SeqId id, bool only_stale);
   std::optional<FinishReason> stop_reason(const Sequence& seq, int32_t token) const;
 
   SchedulerConfig config_;
@@ -277,6 +323,8 @@ class Scheduler {
   std::set<SeqId> running_;         // admitted, holding pages
   std::vector<SeqId> released_;
   std::optional<InFlightStep> in_flight_;
+  // Copy-on-write of rewinds, for the next plan (the sources are pinned until then).
+  std::vector<std::pair<SeqId, PageCopy>> rewind_copies_;
   SeqId next_seq_id_ = 1;
   uint64_t next_step_id_ = 1;
 
@@ -291,6 +339,8 @@ class Scheduler {
   int64_t generated_tokens_ = 0;
   int64_t prompt_tokens_computed_ = 0;
   int64_t prompt_tokens_reused_ = 0;
+  int64_t rewinds_ = 0;
+  int64_t rewind_page_copies_ = 0;
 };
 
 }  // namespace exl3

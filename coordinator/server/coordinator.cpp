@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <random>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,6 +18,7 @@
 #include "coordinator/server/listen_port.h"
 #include "coordinator/server/model_check.h"
 #include "coordinator/server/plan_proto.h"
+#include "worker/engine.h"
 #include "worker/loader/safetensors.h"
 #include "worker/service/proto_convert.h"
 
@@ -25,6 +28,15 @@ namespace {
 std::string random_run_id() {
   std::random_device rd;
   return absl::StrCat("run-", std::to_string(rd()), "-", std::to_string(rd()));
+}
+
+// The bytes of a file, or NOT_FOUND naming it.
+absl::StatusOr<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 std::string mib(uint64_t bytes) { return absl::StrFormat("%.1f MiB", static_cast<double>(bytes) / 1048576.0); }
@@ -42,8 +54,12 @@ PlannerOptions Coordinator::planner_options(const std::vector<uint64_t>& caps) c
   p.max_seq_len = options_.max_seq_len;
   p.max_batch = options_.max_batch;
   p.page_size = options_.page_size;
-  p.step_tokens = std::max<int64_t>(options_.prefill_chunk, options_.max_batch);
+  p.step_tokens = std::max<int64_t>(options_.prefill_chunk, options_.max_batch * decode_tokens_per_step());
   p.requested_cache_tokens = options_.cache_tokens;
+  if (draft_footprint_) {
+    p.logit_rows_per_seq = decode_tokens_per_step();
+    p.draft = &*draft_footprint_;
+  }
   return p;
 }
 
@@ -55,6 +71,7 @@ absl::Status Coordinator::start_control() {
   EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(options_.model_dir));
   EXL3_ASSIGN_OR_RETURN(footprint_, build_model_footprint(config, options_.backend, &tensors));
   EXL3_RETURN_IF_ERROR(footprint_.set_cache_bits(options_.cache_bits));
+  if (!options_.draft_model_dir.empty()) EXL3_RETURN_IF_ERROR(load_draft_footprint(config));
   EXL3_ASSIGN_OR_RETURN(Tokenizer tok, Tokenizer::from_model_dir(options_.model_dir));
   tokenizer_.emplace(std::move(tok));
   if (options_.max_seq_len <= 0) options_.max_seq_len = config.max_position_embeddings;
@@ -86,6 +103,35 @@ absl::Status Coordinator::start_control() {
                                                " for the control plane (--control-port): the port is in use or the "
                                                "address is not this host's"));
   }
+  return absl::OkStatus();
+}
+
+int64_t Coordinator::decode_tokens_per_step() const {
+  return options_.draft_model_dir.empty() ? 1 : options_.draft_tokens + 1;
+}
+
+absl::Status Coordinator::load_draft_footprint(const ModelConfig& target) {
+  const std::string& dir = options_.draft_model_dir;
+  if (options_.draft_tokens < 1 || options_.draft_tokens > kMaxDraftTokens) {
+    return absl::InvalidArgumentError(absl::StrCat("--draft-tokens ", options_.draft_tokens, " outside [1, ",
+                                                   kMaxDraftTokens, "]"));
+  }
+  EXL3_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(dir));
+  if (config.vocab_size != target.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("--draft-model ", dir, " has a vocabulary of ", config.vocab_size,
+                                                   " tokens, the model ", target.vocab_size,
+                                                   ": a draft must share the model's tokenizer"));
+  }
+  EXL3_ASSIGN_OR_RETURN(const std::string own, read_text_file(options_.model_dir + "/tokenizer.json"));
+  EXL3_ASSIGN_OR_RETURN(const std::string draft, read_text_file(dir + "/tokenizer.json"));
+  if (own != draft) {
+    return absl::InvalidArgumentError(absl::StrCat("--draft-model ", dir, ": its tokenizer.json differs from ",
+                                                   options_.model_dir, "/tokenizer.json; a draft must share the "
+                                                   "model's tokenizer"));
+  }
+  EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(dir));
+  EXL3_ASSIGN_OR_RETURN(ModelFootprint fp, build_model_footprint(config, options_.backend, &tensors));
+  draft_footprint_ = std::move(fp);
   return absl::OkStatus();
 }
 
@@ -138,6 +184,9 @@ absl::Status Coordinator::start_serving() {
   const uint64_t outside = cuda ? cuda_plan_reserve(footprint_, popts).outside_allocator() : 0;
   const StepShape step = popts.step_shape();
 
+  // Speculative decoding: the lowest rank with the head drafts and verifies.
+  int draft_rank = 0;
+  while (draft_rank + 1 < options_.world_size && !plans_[draft_rank].has_head) ++draft_rank;
   std::vector<pb::Command> loads(options_.world_size);
   for (int r = 0; r < options_.world_size; ++r) {
     pb::LoadShard* l = loads[r].mutable_load();
@@ -154,6 +203,10 @@ absl::Status Coordinator::start_serving() {
     l->set_max_logit_rows(static_cast<int32_t>(step.logit_rows));
     l->set_cache_k_bits(options_.cache_bits.k);
     l->set_cache_v_bits(options_.cache_bits.v);
+    if (draft_footprint_) {
+      l->set_draft_model_dir(options_.draft_model_dir);
+      l->set_draft_rank(draft_rank);
+    }
     if (cuda) {
       l->set_cap_bytes(static_cast<int64_t>(caps[r]));
       l->set_device_cap_bytes(static_cast<int64_t>(caps[r] > outside ? caps[r] - outside : caps[r]));
@@ -190,10 +243,14 @@ absl::Status Coordinator::start_serving() {
   sc.num_pages = static_cast<int32_t>(popts.num_pages());
   sc.page_size = static_cast<int32_t>(options_.page_size);
   sc.max_batch = static_cast<int32_t>(options_.max_batch);
-  sc.max_step_tokens = std::max<int32_t>(options_.prefill_chunk, static_cast<int32_t>(options_.max_batch));
+  sc.max_step_tokens = static_cast<int32_t>(step.tokens);
   sc.prefill_chunk = options_.prefill_chunk;
   sc.max_queue = options_.max_queue;
   sc.decode_steps = options_.decode_steps;
+  if (draft_footprint_) {  // one draft-and-verify round per decode step
+    sc.decode_steps = static_cast<int32_t>(decode_tokens_per_step());
+    sc.speculative = true;
+  }
   sc.prefix_cache = options_.prefix_cache;
   EXL3_RETURN_IF_ERROR(validate_scheduler_config(sc));
   loop_ = std::make_unique<ServingLoop>(*tokenizer_, group_, sc, options_.step_timeout,
@@ -221,6 +278,10 @@ absl::Status Coordinator::start_serving() {
   info.set_model_dir(options_.model_dir);
   info.set_cache_k_bits(options_.cache_bits.k);
   info.set_cache_v_bits(options_.cache_bits.v);
+  if (draft_footprint_) {
+    info.set_draft_model_dir(options_.draft_model_dir);
+    info.set_draft_tokens(options_.draft_tokens);
+  }
   if (tokenizer_->bos_id()) info.set_bos_token_id(*tokenizer_->bos_id());
   for (int32_t id : limits.eos_token_ids) info.add_eos_token_ids(id);
   const auto regs = group_->registrations();

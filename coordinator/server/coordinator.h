@@ -58,6 +58,11 @@ struct CoordinatorOptions {
   int32_t max_queue = 256;
   int32_t decode_steps = 1;
   bool prefix_cache = true;  // reuse KV pages of common prompt prefixes (SchedulerConfig::prefix_cache)
+  // Speculative decoding (--draft-model, --draft-tokens): a smaller model with the same tokenizer,
+  // loaded whole by the lowest rank with the head, proposes draft_tokens tokens per decode step.
+  // Empty = off.
+  std::string draft_model_dir;
+  int32_t draft_tokens = 4;
   std::chrono::milliseconds worker_timeout{60000};   // all workers registered and connected
   std::chrono::milliseconds load_timeout{600000};    // shards loaded
   std::chrono::milliseconds step_timeout{60000};     // one step on every rank
@@ -86,6 +91,10 @@ class Coordinator {
 
  private:
   PlannerOptions planner_options(const std::vector<uint64_t>& caps) const;
+  // Tokens a decoding sequence runs per step: 1, or 1 + --draft-tokens with a draft model.
+  int64_t decode_tokens_per_step() const;
+  // Checks --draft-model against the model (vocabulary, tokenizer.json) and prices it.
+  absl::Status load_draft_footprint(const ModelConfig& target);
   absl::Status check_registrations() const;
   void on_group_failure(const absl::Status& status);
   void fill_worker_stats(v1::StatsResponse* response);
@@ -93,6 +102,7 @@ class Coordinator {
   CoordinatorOptions options_;
   std::optional<Tokenizer> tokenizer_;
   ModelFootprint footprint_;
+  std::optional<ModelFootprint> draft_footprint_;  // with --draft-model
   std::vector<RankPlan> plans_;
   std::vector<uint64_t> caps_;                   // the caps the plan was made with
   std::vector<pb::LoadResult> loaded_;           // what each rank reported after loading

@@ -51,6 +51,14 @@ int main(int argc, char** argv) {
                  "pages at these widths")
       ->capture_default_str();
   app.add_option("--decode-steps", o.decode_steps, "Decode iterations per worker command")->capture_default_str();
+  app.add_option("--draft-model", o.draft_model_dir,
+                 "Speculative decoding: directory of a smaller model with the same tokenizer (e.g. the same model "
+                 "at fewer bits per weight); the lowest rank with the head loads it whole and proposes "
+                 "--draft-tokens tokens per decode step, which the model verifies in one forward (rejection "
+                 "sampling: outputs are distributed exactly as without a draft; greedy output is the same)");
+  app.add_option("--draft-tokens", o.draft_tokens, "Tokens the draft model proposes per decode step (1..16)")
+      ->check(CLI::Range(1, 16))
+      ->capture_default_str();
   app.add_flag("--prefix-cache,!--no-prefix-cache", o.prefix_cache,
                "Reuse KV pages of prompt prefixes computed before; --no-prefix-cache or --prefix-cache=false: off")
       ->capture_default_str();

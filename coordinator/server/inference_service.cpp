@@ -176,6 +176,9 @@ grpc::Status InferenceService::Stats(grpc::ServerContext* context, const v1::Sta
   response->set_prefix_cache_hit_rate(run > 0 ? static_cast<double>(s.prompt_tokens_reused) / run : 0.0);
   response->set_shared_kv_pages(s.shared_pages);
   response->set_cached_kv_pages(s.cached_pages);
+  response->set_speculative_rounds(t.speculation.rounds);
+  response->set_draft_tokens_proposed(t.speculation.proposed);
+  response->set_draft_tokens_accepted(t.speculation.accepted);
   if (stats_extra_) stats_extra_(response);
   return grpc::Status::OK;
 }

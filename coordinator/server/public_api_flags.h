@@ -26,6 +26,11 @@ inline void add_public_api_flags(CLI::App& app, CoordinatorOptions& options, Pub
       ->check(CLI::NonNegativeNumber)->capture_default_str()->group(group);
   app.add_option("--max-stop-string-bytes", l.max_stop_string_bytes, "Most bytes of one request's stop strings together")
       ->check(CLI::NonNegativeNumber)->capture_default_str()->group(group);
+  app.add_option("--max-banned-strings", l.max_banned_strings, "Most banned strings (sampling.banned_strings) in one request")
+      ->check(CLI::NonNegativeNumber)->capture_default_str()->group(group);
+  app.add_option("--max-banned-string-bytes", l.max_banned_string_bytes,
+                 "Most bytes of one request's banned strings together")
+      ->check(CLI::NonNegativeNumber)->capture_default_str()->group(group);
   app.add_option("--max-prompt-bytes", l.max_prompt_bytes, "Most bytes of a text prompt (and of Tokenize's text)")
       ->check(CLI::PositiveNumber)->capture_default_str()->group(group);
   app.add_option("--max-prompt-tokens", l.max_prompt_tokens,

@@ -42,6 +42,7 @@ GenerateParams params_from_proto(const v1::GenerateRequest& r) {
   if (s.has_xtc_probability()) p.sampling.xtc_probability = s.xtc_probability();
   if (s.has_temperature_last()) p.sampling.temperature_last = s.temperature_last();
   if (s.has_logprobs()) p.sampling.logprobs = s.logprobs();
+  p.sampling.banned_strings.assign(s.banned_strings().begin(), s.banned_strings().end());
   const v1::StoppingCriteria& st = r.stopping();
   if (st.has_max_new_tokens()) p.stopping.max_new_tokens = st.max_new_tokens();
   p.stopping.stop_strings.assign(st.stop_strings().begin(), st.stop_strings().end());

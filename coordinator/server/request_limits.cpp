@@ -22,6 +22,8 @@ absl::Status check_flag(const char* flag, int64_t value, int64_t min) {
 absl::StatusOr<RequestLimits> resolve_request_limits(RequestLimits limits, int32_t max_context) {
   EXL3_RETURN_IF_ERROR(check_flag("--max-stop-strings", limits.max_stop_strings, 0));
   EXL3_RETURN_IF_ERROR(check_flag("--max-stop-string-bytes", limits.max_stop_string_bytes, 0));
+  EXL3_RETURN_IF_ERROR(check_flag("--max-banned-strings", limits.max_banned_strings, 0));
+  EXL3_RETURN_IF_ERROR(check_flag("--max-banned-string-bytes", limits.max_banned_string_bytes, 0));
   EXL3_RETURN_IF_ERROR(check_flag("--max-prompt-bytes", limits.max_prompt_bytes, 1));
   EXL3_RETURN_IF_ERROR(check_flag("--max-prompt-tokens", limits.max_prompt_tokens, 0));
   EXL3_RETURN_IF_ERROR(check_flag("--max-new-tokens", limits.max_new_tokens, 0));
@@ -42,9 +44,11 @@ absl::StatusOr<RequestLimits> resolve_request_limits(RequestLimits limits, int32
 }
 
 int64_t max_request_message_bytes(const RequestLimits& limits) {
-  // Each stop string costs a tag and a length besides its bytes; each token id at most 5 bytes.
+  // Each stop or banned string costs a tag and a length besides its bytes; each token id at most
+  // 5 bytes.
   const int64_t bytes = limits.max_prompt_bytes + 5 * static_cast<int64_t>(limits.max_prompt_tokens) +
                         limits.max_stop_string_bytes + 6 * static_cast<int64_t>(limits.max_stop_strings) +
+                        limits.max_banned_string_bytes + 6 * static_cast<int64_t>(limits.max_banned_strings) +
                         limits.max_request_id_bytes + (1 << 20);
   return std::clamp<int64_t>(bytes, 4 << 20, std::numeric_limits<int32_t>::max());
 }
@@ -65,6 +69,19 @@ absl::Status check_request_size(const v1::GenerateRequest& request, const Reques
   if (stop_bytes > limits.max_stop_string_bytes) {
     return invalid(absl::StrCat("stopping.stop_strings hold ", stop_bytes, " bytes together, more than the limit of ",
                                 limits.max_stop_string_bytes, " bytes (--max-stop-string-bytes)"));
+  }
+  const v1::SamplingParams& sampling = request.sampling();
+  if (sampling.banned_strings_size() > limits.max_banned_strings) {
+    return invalid(absl::StrCat("sampling.banned_strings has ", sampling.banned_strings_size(),
+                                " strings, more than the limit of ", limits.max_banned_strings,
+                                " (--max-banned-strings)"));
+  }
+  int64_t banned_bytes = 0;
+  for (const std::string& s : sampling.banned_strings()) banned_bytes += static_cast<int64_t>(s.size());
+  if (banned_bytes > limits.max_banned_string_bytes) {
+    return invalid(absl::StrCat("sampling.banned_strings hold ", banned_bytes,
+                                " bytes together, more than the limit of ", limits.max_banned_string_bytes,
+                                " bytes (--max-banned-string-bytes)"));
   }
   if (stopping.has_max_new_tokens() && stopping.max_new_tokens() > limits.max_new_tokens) {
     return invalid(absl::StrCat("stopping.max_new_tokens = ", stopping.max_new_tokens(), " is more than the limit of ",

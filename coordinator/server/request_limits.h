@@ -21,6 +21,8 @@ namespace exl3 {
 struct RequestLimits {
   int32_t max_stop_strings = 64;                // stopping.stop_strings entries
   int64_t max_stop_string_bytes = 16 << 10;     // all of stopping.stop_strings together
+  int32_t max_banned_strings = 64;              // sampling.banned_strings entries
+  int64_t max_banned_string_bytes = 16 << 10;   // all of sampling.banned_strings together
   int64_t max_prompt_bytes = 4 << 20;           // text prompt (and Tokenize text)
   int32_t max_prompt_tokens = 0;                // prompt tokens, BOS included; 0 = the served context
   int32_t max_new_tokens = 0;                   // stopping.max_new_tokens; 0 = the served context
@@ -39,7 +41,7 @@ absl::StatusOr<RequestLimits> resolve_request_limits(RequestLimits limits, int32
 int64_t max_request_message_bytes(const RequestLimits& limits);
 
 // Sizes of a Generate request that can be checked before tokenizing: request_id, stop string
-// count and bytes, prompt bytes, prompt_tokens count, max_new_tokens. INVALID_ARGUMENT naming the
+// and banned string counts and bytes, prompt bytes, prompt_tokens count, max_new_tokens. INVALID_ARGUMENT naming the
 // field, the value and the limit.
 absl::Status check_request_size(const v1::GenerateRequest& request, const RequestLimits& limits);
 

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/check.h"
 #include "worker/service/proto_convert.h"
 
 namespace exl3 {
@@ -13,11 +14,12 @@ using Clock = std::chrono::steady_clock;
 
 double seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-pb::Command step_command(const StepPlan& plan) {
+pb::Command step_command(const StepPlan& plan, bool speculative) {
   pb::Command cmd;
   pb::Step* step = cmd.mutable_step();
   step->set_step_id(plan.step_id);
   step->set_decode_steps(plan.decode_steps);
+  step->set_speculative(speculative && plan.decode_steps > 1);
   for (const PageCopy& c : plan.page_copies) {
     pb::PageCopy* copy = step->add_page_copies();
     copy->set_src(c.src);
@@ -35,6 +37,7 @@ pb::Command step_command(const StepPlan& plan) {
     if (s.start_pos >= s.prompt_len) q->mutable_sampling()->clear_dry_breakers();
     q->set_prompt_len(s.prompt_len);
     q->mutable_history_prefix()->Add(s.history_prefix.begin(), s.history_prefix.end());
+    q->mutable_banned_now()->Add(s.banned_now.begin(), s.banned_now.end());
   }
   return cmd;
 }
@@ -66,6 +69,8 @@ absl::StatusOr<ServingLoop::Submitted> ServingLoop::submit(ValidatedRequest requ
   Live live;
   live.channel = std::make_shared<RequestChannel>();
   live.detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_, request.skip_special_tokens);
+  live.skip_special_tokens = request.skip_special_tokens;
+  live.banned = std::make_unique<BannedStringFilter>(request.banned_strings);
   live.stops = std::make_unique<StopStringFilter>(request.stop_strings);
   live.arrival = Clock::now();
   live.prompt_tokens = static_cast<int32_t>(request.prompt_ids.size());
@@ -100,6 +105,7 @@ ServingTotals ServingLoop::totals() {
   }
   t.recent_tokens_per_s = recent / std::min(10.0, std::max(t.uptime_s, 1e-3));
   t.mean_tokens_per_s = busy_seconds_ > 0 ? t.scheduler.generated_tokens / busy_seconds_ : 0.0;
+  t.speculation = speculation_;
   return t;
 }
 
@@ -130,7 +136,7 @@ absl::Status ServingLoop::run_step(const StepPlan& plan, StepOutcome* outcome) {
     release.mutable_release()->mutable_seq_ids()->Add(plan.released.begin(), plan.released.end());
     EXL3_RETURN_IF_ERROR(group_->call_all(release, step_timeout_).status());
   }
-  EXL3_ASSIGN_OR_RETURN(const std::vector<pb::CommandResult> results, group_->call_all(step_command(plan), step_timeout_));
+  EXL3_ASSIGN_OR_RETURN(const std::vector<pb::CommandResult> results, group_->call_all(step_command(plan, scheduler_.config().speculative), step_timeout_));
   // Every rank samples the same tokens; disagreement means the group is broken.
   const pb::StepResult& first = results[0].step();
   for (size_t r = 1; r < results.size(); ++r) {
@@ -155,6 +161,19 @@ absl::Status ServingLoop::run_step(const StepPlan& plan, StepOutcome* outcome) {
     }
   }
   return absl::OkStatus();
+}
+
+void ServingLoop::count_speculation(const StepPlan& plan, const StepOutcome& outcome) {
+  if (!scheduler_.config().speculative || plan.decode_steps < 2) return;
+  for (const SequencePlan& s : plan.sequences) {
+    if (!s.sample || s.tokens.size() != 1 || !s.banned_now.empty()) continue;  // drafted (Engine: speculates())
+    for (const SequenceResult& r : outcome.sequences) {
+      if (r.seq_id != s.seq_id || r.token_ids.empty()) continue;
+      ++speculation_.rounds;
+      speculation_.proposed += plan.decode_steps - 1;
+      speculation_.accepted += static_cast<int64_t>(r.token_ids.size()) - 1;
+    }
+  }
 }
 
 void ServingLoop::end_live(SeqId id, FinishReason reason) {
@@ -183,26 +202,81 @@ void ServingLoop::apply_updates(const std::vector<SequenceUpdate>& updates) {
     auto it = live_.find(u.seq_id);
     if (it == live_.end()) continue;
     Live& live = it->second;
-    if (live.completion_tokens == 0 && !u.new_tokens.empty()) live.first_token = now;
-    live.completion_tokens += static_cast<int32_t>(u.new_tokens.size());
+    if (!live.sampled && !u.new_tokens.empty()) {
+      live.first_token = now;
+      live.sampled = true;
+    }
     generated += static_cast<int64_t>(u.new_tokens.size());
-    std::string delta;
-    for (int32_t t : u.new_tokens) delta += live.detokenizer->push(t);
-    const StopStringFilter::Result r = live.stops->append(delta);
-    std::vector<TokenLogprobs> logprobs;
+    const std::vector<TokenLogprobs>* logprobs = nullptr;
     if (auto lp = step_logprobs_.find(u.seq_id); lp != step_logprobs_.end() && lp->second.size() >= u.new_tokens.size()) {
-      logprobs.assign(lp->second.begin(), lp->second.begin() + static_cast<std::ptrdiff_t>(u.new_tokens.size()));
+      logprobs = &lp->second;
     }
-    if (!r.emit.empty() || !u.new_tokens.empty()) live.channel->push(r.emit, u.new_tokens, logprobs);
-    if (r.stopped) {
-      (void)scheduler_.finish(u.seq_id, FinishReason::kStopString);
-      end_live(u.seq_id, FinishReason::kStopString);
-    } else if (u.finish_reason) {
-      end_live(u.seq_id, *u.finish_reason);
+    for (size_t i = 0; i < u.new_tokens.size(); ++i) {
+      const std::string text = live.detokenizer->push(u.new_tokens[i]);
+      live.banned->push(u.new_tokens[i], text, live.detokenizer->pending_bytes() > 0,
+                        logprobs != nullptr ? std::optional<TokenLogprobs>((*logprobs)[i]) : std::nullopt);
     }
+    std::optional<FinishReason> finish = u.finish_reason;
+    if (finish) live.banned->push_tail(live.detokenizer->flush());
+    BannedStringFilter::Release release;
+    if (const std::optional<BannedStringFilter::Match> match = live.banned->find()) {
+      if (finish) {
+        // Finished in this step (EOS, stop token, length): too late to rewind.
+        release = live.banned->cut(*match);
+      } else if (rewind_banned(u.seq_id, live, *match)) {
+        release = live.banned->take_safe();
+      } else {
+        (void)scheduler_.finish(u.seq_id, FinishReason::kStopString);
+        finish = FinishReason::kStopString;
+        release = live.banned->cut(*match);
+      }
+    } else {
+      release = finish ? live.banned->take_all() : live.banned->take_safe();
+    }
+    deliver(u.seq_id, live, std::move(release), finish);
   }
   recent_.push_back({now, generated});
   while (!recent_.empty() && now - recent_.front().first > std::chrono::seconds(10)) recent_.erase(recent_.begin());
+}
+
+bool ServingLoop::rewind_banned(SeqId id, Live& live, const BannedStringFilter::Match& match) {
+  const std::vector<int32_t> output = scheduler_.output_tokens(id);
+  if (static_cast<int32_t>(output.size()) != live.banned->num_tokens() ||
+      match.token_index >= static_cast<int32_t>(output.size())) {
+    std::fprintf(stderr, "coordinator: sequence %llu: banned string at token %d of %d, the scheduler holds %zu\n",
+                 static_cast<unsigned long long>(id), match.token_index, live.banned->num_tokens(), output.size());
+    return false;
+  }
+  const absl::Status status = scheduler_.rewind(id, match.token_index, output[match.token_index]);
+  if (!status.ok()) {
+    if (status.code() != absl::StatusCode::kResourceExhausted) {
+      std::fprintf(stderr, "coordinator: sequence %llu: rewind refused: %s\n", static_cast<unsigned long long>(id),
+                   std::string(status.message()).c_str());
+    }
+    return false;
+  }
+  live.banned->rewind(match.token_index);
+  // The detokenizer's state after the kept tokens: the last of them completed its text (see
+  // BannedStringFilter::find), so replaying them gives exactly the kept text.
+  live.detokenizer = std::make_unique<StreamingDetokenizer>(tokenizer_, live.skip_special_tokens);
+  std::string replayed;
+  for (int32_t i = 0; i < match.token_index; ++i) replayed += live.detokenizer->push(output[i]);
+  EXL3_CHECK(replayed == live.banned->text() && live.detokenizer->pending_bytes() == 0, "sequence ", id,
+             ": replaying ", match.token_index, " tokens does not give the kept text");
+  return true;
+}
+
+void ServingLoop::deliver(SeqId id, Live& live, BannedStringFilter::Release release,
+                          std::optional<FinishReason> finish) {
+  live.completion_tokens += static_cast<int32_t>(release.tokens.size());
+  const StopStringFilter::Result r = live.stops->append(release.text);
+  if (!r.emit.empty() || !release.tokens.empty()) live.channel->push(r.emit, release.tokens, release.logprobs);
+  if (r.stopped) {
+    (void)scheduler_.finish(id, FinishReason::kStopString);
+    end_live(id, FinishReason::kStopString);
+  } else if (finish) {
+    end_live(id, *finish);
+  }
 }
 
 void ServingLoop::run() {
@@ -254,6 +328,7 @@ void ServingLoop::run() {
     {
       std::lock_guard lock(mu_);
       busy_seconds_ += seconds(Clock::now() - t0);
+      count_speculation(*plan, outcome);
       absl::StatusOr<std::vector<SequenceUpdate>> updates = scheduler_.complete_step(outcome);
       if (!updates.ok()) {
         scheduler_.abandon_step();

@@ -1,6 +1,7 @@
 // ServingLoop: the coordinator's step thread. It asks the scheduler for the next batch, sends it
-// to every worker rank, feeds the sampled tokens back, detokenizes incrementally, applies stop
-// strings and hands text to each request's channel. A failed step (a worker died, a deadline)
+// to every worker rank, feeds the sampled tokens back, detokenizes incrementally, applies banned
+// strings (rewinding the sequence through the scheduler) and then stop strings, and hands text to
+// each request's channel. A failed step (a worker died, a deadline)
 // fails every in-flight request with the group's status and stops the loop.
 #pragma once
 
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "coordinator/scheduler/scheduler.h"
+#include "coordinator/server/banned_string_filter.h"
 #include "coordinator/server/request_channel.h"
 #include "coordinator/server/stop_string_filter.h"
 #include "coordinator/server/worker_group.h"
@@ -21,8 +23,16 @@
 
 namespace exl3 {
 
+// Speculative decoding's rounds and the draft tokens proposed and kept in them.
+struct SpeculationTotals {
+  int64_t rounds = 0;
+  int64_t proposed = 0;
+  int64_t accepted = 0;
+};
+
 struct ServingTotals {
   SchedulerStats scheduler;
+  SpeculationTotals speculation;
   double uptime_s = 0.0;
   double recent_tokens_per_s = 0.0;  // over the last 10 s
   double mean_tokens_per_s = 0.0;    // generated tokens over busy time
@@ -63,19 +73,33 @@ class ServingLoop {
   struct Live {
     std::shared_ptr<RequestChannel> channel;
     std::unique_ptr<StreamingDetokenizer> detokenizer;
+    bool skip_special_tokens = false;  // the detokenizer's setting (rebuilt after a rewind)
+    // Banned strings come first: only the tokens and text it releases reach the stop strings.
+    std::unique_ptr<BannedStringFilter> banned;
     std::unique_ptr<StopStringFilter> stops;
     std::chrono::steady_clock::time_point arrival, first_token;
+    bool sampled = false;  // first_token is set
     int32_t prompt_tokens = 0;
-    int32_t completion_tokens = 0;
+    int32_t completion_tokens = 0;  // tokens handed to the channel
   };
 
   void run();
   absl::Status run_step(const StepPlan& plan, StepOutcome* outcome);
   void apply_updates(const std::vector<SequenceUpdate>& updates);
+  // A banned string in the held output of a live sequence: asks the scheduler to rewind it to the
+  // match's first token (banning that token there) and rebuilds the detokenizer from the kept
+  // tokens. False when the scheduler refuses (rewind limit, no token left): the caller then ends
+  // the request at the banned string.
+  bool rewind_banned(SeqId id, Live& live, const BannedStringFilter::Match& match);
+  // Hands released tokens and text through the stop strings to the channel, and ends the request
+  // on a stop string or when `finish` is set.
+  void deliver(SeqId id, Live& live, BannedStringFilter::Release release, std::optional<FinishReason> finish);
   // Logprobs the last step's workers reported, per sequence (step thread only; run_step fills,
   // apply_updates hands the first new_tokens.size() of them to the channel).
   std::map<SeqId, std::vector<TokenLogprobs>> step_logprobs_;
   void end_live(SeqId id, FinishReason reason);
+  // Adds a completed step's speculative rounds to speculation_ (mu_ held).
+  void count_speculation(const StepPlan& plan, const StepOutcome& outcome);
   void fail_all(const absl::Status& status);
   // Fails the sequences of a step whose result was rejected (they cannot go on: the workers'
   // state moved on without the coordinator); the others keep running.
@@ -99,6 +123,7 @@ class ServingLoop {
 
   const std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   double busy_seconds_ = 0.0;
+  SpeculationTotals speculation_;
   std::vector<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // (time, tokens)
   std::vector<pb::MemoryReport> worker_memory_;
   std::chrono::steady_clock::time_point memory_at_{};

@@ -98,6 +98,16 @@ TEST(ValidateRequest, KeepsGivenValues) {
   EXPECT_EQ(r->stop_token_ids, (std::vector<int32_t>{3, 9}));
   EXPECT_EQ(r->stop_strings, (std::vector<std::string>{"\n\n"}));
   EXPECT_TRUE(r->skip_special_tokens);
+  EXPECT_TRUE(r->banned_strings.empty());
+  EXPECT_EQ(r->vocab_size, kVocab);
+}
+
+TEST(ValidateRequest, KeepsBannedStringsAsGiven) {
+  GenerateParams params = token_params({1, 2, 3});
+  params.sampling.banned_strings = {"Dragon", " the end", "dragon", "\xc3\xa9"};
+  const auto r = validate(params);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->banned_strings, (std::vector<std::string>{"Dragon", " the end", "dragon", "\xc3\xa9"}));
 }
 
 TEST(ValidateRequest, AcceptsRangeBoundaries) {
@@ -194,6 +204,11 @@ TEST(ValidateRequest, RefusesEachBadFieldByName) {
          p.stopping.stop_strings = {"end", ""};
        },
        {"stopping.stop_strings[1]", "empty"}},
+      {"empty banned string",
+       [](GenerateParams& p) {
+         p.sampling.banned_strings = {"dragon", "", "x"};
+       },
+       {"sampling.banned_strings[1]", "empty"}},
   };
   for (const ErrorCase& c : cases) {
     GenerateParams params = token_params({1, 2, 3, 4});

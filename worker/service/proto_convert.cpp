@@ -75,6 +75,7 @@ control::v1::Sampling sampling_to_proto(const SamplingParams& s) {
 StepInput step_from_proto(const control::v1::Step& step) {
   StepInput in;
   in.decode_steps = step.decode_steps();
+  in.speculative = step.speculative();
   for (const auto& s : step.sequences()) {
     StepSequence q;
     q.seq_id = s.seq_id();
@@ -86,6 +87,7 @@ StepInput step_from_proto(const control::v1::Step& step) {
     q.prompt_len = s.prompt_len();
     q.return_logits = s.return_logits();
     q.history_prefix.assign(s.history_prefix().begin(), s.history_prefix().end());
+    q.banned_now.assign(s.banned_now().begin(), s.banned_now().end());
     in.sequences.push_back(std::move(q));
   }
   for (const auto& c : step.page_copies()) in.page_copies.push_back({c.src(), c.dst()});

@@ -211,7 +211,26 @@ class WorkerSession {
     eo.cache_bits.k = load.cache_k_bits() > 0 ? load.cache_k_bits() : 16;  // 0 = unset: full precision
     eo.cache_bits.v = load.cache_v_bits() > 0 ? load.cache_v_bits() : 16;
     EXL3_RETURN_IF_ERROR(validate_kv_cache_bits(eo.cache_bits, "LoadShard cache bits (K,V)"));
-    EXL3_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), eo, comm_.get()));
+    std::unique_ptr<DraftModel> draft;
+    if (!load.draft_model_dir().empty()) {
+      eo.draft_rank = load.draft_rank();
+      if (eo.draft_rank < 0 || eo.draft_rank >= options_.world_size) {
+        return absl::InvalidArgumentError(absl::StrCat("LoadShard draft_rank ", eo.draft_rank, " outside [0, ",
+                                                       options_.world_size, ")"));
+      }
+      if (eo.draft_rank == options_.rank) {
+        std::fprintf(stderr, "exl3-worker rank %d: loading the draft model %s\n", options_.rank,
+                     load.draft_model_dir().c_str());
+        StepLimits limits;
+        limits.max_step_tokens = eo.max_step_tokens;
+        limits.max_seqs = eo.max_seqs;
+        limits.max_pages_per_seq = eo.num_pages;
+        limits.max_logit_rows = eo.max_seqs;
+        EXL3_ASSIGN_OR_RETURN(draft, DraftModel::load(load.draft_model_dir(), backend_, eo.num_pages, eo.page_size,
+                                                      limits, model->config().vocab_size));
+      }
+    }
+    EXL3_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), eo, comm_.get(), std::move(draft)));
     out->set_weight_bytes(static_cast<int64_t>(engine_->model().allocated_bytes()));
     out->set_cache_bytes(static_cast<int64_t>(engine_->cache_bytes()));
     out->set_workspace_bytes(static_cast<int64_t>(engine_->model().workspace_bytes()));
