@@ -165,7 +165,19 @@ std::string format_stats(const exl3::v1::StatsResponse& stats) {
   out += field("tokens", absl::StrCat("prompt ", stats.prompt_tokens(), ", generated ", stats.generated_tokens()));
   out += field("throughput", absl::StrCat(fixed(stats.recent_tokens_per_s(), 1), " tokens/s (last 10 s), ",
                                           fixed(stats.mean_tokens_per_s(), 1), " tokens/s (since start)"));
-  out += field("kv pages", absl::StrCat("free ", stats.free_kv_pages(), " of ", stats.total_kv_pages()));
+  out += field("kv pages", absl::StrCat("free ", stats.free_kv_pages(), " of ", stats.total_kv_pages(), " (cached ",
+                                        stats.cached_kv_pages(), ", shared ", stats.shared_kv_pages(), ")"));
+  out += field("prefix cache", absl::StrCat("hit rate ", fixed(100.0 * stats.prefix_cache_hit_rate(), 1),
+                                            "%, prompt tokens computed ", stats.prompt_tokens_computed(), ", reused ",
+                                            stats.prompt_tokens_reused()));
+  if (stats.speculative_rounds() > 0) {
+    const double rate = stats.draft_tokens_proposed() > 0
+                            ? 100.0 * static_cast<double>(stats.draft_tokens_accepted()) / stats.draft_tokens_proposed()
+                            : 0.0;
+    out += field("speculative", absl::StrCat(stats.speculative_rounds(), " rounds, draft tokens accepted ",
+                                             stats.draft_tokens_accepted(), " of ", stats.draft_tokens_proposed(), " (",
+                                             fixed(rate, 1), "%)"));
+  }
   std::vector<std::string> batches;
   for (int b = 0; b < stats.batch_size_counts_size(); ++b) {
     if (stats.batch_size_counts(b) != 0) batches.push_back(absl::StrCat(b, ": ", stats.batch_size_counts(b)));
