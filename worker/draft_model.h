@@ -60,6 +60,8 @@ class DraftModel {
   // draft's cache holds correctly (tokens beyond were rejected or never run).
   void keep_positions(uint64_t seq_id, int64_t positions);
   void release(uint64_t seq_id) { cached_.erase(seq_id); }
+  // The target's copy-on-write of page `src` into `dst`, mirrored in the draft's cache.
+  void copy_page(int32_t src, int32_t dst) { cache_->copy_page(src, dst, model_->backend()); }
 
   const LlamaModel& model() const { return *model_; }
   uint64_t cache_bytes() const { return cache_->bytes(); }

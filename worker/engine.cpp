@@ -225,7 +225,10 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
   for (const StepSequence* s : samplers) out.tokens.push_back({s->seq_id, {}});
   out.logprobs.resize(samplers.size());
   // Copy-on-write pages first: the forward may write the copies' destinations (on the same stream).
-  for (const auto& [src, dst] : input.page_copies) cache_->copy_page(src, dst, model_->backend());
+  for (const auto& [src, dst] : input.page_copies) {
+    cache_->copy_page(src, dst, model_->backend());
+    if (draft_ != nullptr) draft_->copy_page(src, dst);
+  }
 
   // Logits stay on the device; only requested full logits are downloaded.
   EXL3_ASSIGN_OR_RETURN(Tensor logits, model_->forward_batch_device(batch, *cache_, comm_));

@@ -57,7 +57,10 @@ absl::StatusOr<StepOutput> Engine::run_speculative_step(const StepInput& input) 
   StepOutput out;
   for (const StepSequence* s : samplers) out.tokens.push_back({s->seq_id, {}});
   out.logprobs.resize(samplers.size());
-  for (const auto& [src, dst] : input.page_copies) cache_->copy_page(src, dst, be);
+  for (const auto& [src, dst] : input.page_copies) {
+    cache_->copy_page(src, dst, be);
+    if (draft_ != nullptr) draft_->copy_page(src, dst);
+  }
 
   // Proposals, drawn on the drafting rank and shared as floats (ids < 2^24 are exact).
   const size_t ns = spec.size();
