@@ -50,6 +50,7 @@ using TestClock = std::chrono::steady_clock;
 inline std::string fixture_model_dir() { return std::string(EXL3_SOURCE_DIR) + "/models/exl3-4.0bpw"; }
 
 struct LaunchConfig {
+  std::string model_dir = fixture_model_dir();
   int workers = 2;
   std::string mode = "tp";
   int max_seq_len = 512;
@@ -133,7 +134,7 @@ class LaunchedServer {
     ChildLaunch launch;
     launch.argv = {std::string(EXL3_BIN_DIR) + "/exl3-launch"};
     const std::pair<const char*, std::string> flags[] = {
-        {"--model", fixture_model_dir()},
+        {"--model", config.model_dir},
         {"--cpu-workers", std::to_string(config.workers)},
         {"--mode", config.mode},
         {"--port", "0"},
