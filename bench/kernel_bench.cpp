@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_report.h"
 #include "kernels/backend.h"
+#include "worker/kv_cache_bits.h"
 #include "worker/model/config.h"
 #include "worker/model/llama_model.h"
 #include "worker/model/model_shard.h"
@@ -61,7 +62,7 @@ absl::Status validate(const KernelBenchOptions& o) {
   }
   if (o.repeats < 1) return absl::InvalidArgumentError("--repeats must be at least 1");
   if (o.attention_context < 1) return absl::InvalidArgumentError("attention context must be positive");
-  return absl::OkStatus();
+  return parse_kv_cache_bits(o.cache_bits, "--cache-bits").status();
 }
 
 // "graph" or "host": the method `o.timing` asks for on `backend`.
@@ -182,8 +183,13 @@ std::vector<LinearGroup> distinct_linears(const std::vector<NamedLinear>& all) {
 // Everything one row count needs, allocated from the backend.
 class OpRunner {
  public:
-  OpRunner(const LlamaModel& model, Backend& backend, const KernelBenchOptions& o, bool graph)
-      : model_(model), backend_(backend), o_(o), c_(model.config()), timer_(backend, o, graph) {}
+  OpRunner(const LlamaModel& model, Backend& backend, const KernelBenchOptions& o, KvCacheBits cache_bits, bool graph)
+      : model_(model),
+        backend_(backend),
+        o_(o),
+        cache_bits_(cache_bits),
+        c_(model.config()),
+        timer_(backend, o, graph) {}
 
   absl::Status run_rows(int64_t rows, std::vector<OpTiming>& out) {
     const DType a = backend_.activation_dtype();
@@ -291,18 +297,24 @@ class OpRunner {
     const int64_t pages_per_seq = (o_.attention_context + page_size - 1) / page_size;
     const int64_t kv_heads = layer.kv_heads, heads = layer.heads, hd = c_.head_dim;
     const DType a = backend_.activation_dtype();
+    const int64_t num_pages = seqs * pages_per_seq;
     PagedKv cache;
     cache.page_size = page_size;
     cache.kv_heads = kv_heads;
     cache.head_dim = hd;
-    absl::StatusOr<Tensor> kp =
-        backend_.allocate(backend_.kv_dtype(), {seqs * pages_per_seq, page_size, kv_heads, hd}, "bench k pages");
-    if (!kp.ok()) return kp.status();
-    absl::StatusOr<Tensor> vp =
-        backend_.allocate(backend_.kv_dtype(), {seqs * pages_per_seq, page_size, kv_heads, hd}, "bench v pages");
-    if (!vp.ok()) return vp.status();
-    cache.k_pages = *kp;
-    cache.v_pages = *vp;
+    cache.k_bits = cache_bits_.k;
+    cache.v_bits = cache_bits_.v;
+    if (absl::Status st = check_kv_token_dim(kv_heads * hd, cache_bits_); !st.ok()) return st;
+    if (absl::Status st = allocate_side(cache.k_bits, num_pages, page_size, kv_heads, hd, "k", cache.k_pages,
+                                        cache.k_words, cache.k_scales);
+        !st.ok()) {
+      return st;
+    }
+    if (absl::Status st = allocate_side(cache.v_bits, num_pages, page_size, kv_heads, hd, "v", cache.v_pages,
+                                        cache.v_words, cache.v_scales);
+        !st.ok()) {
+      return st;
+    }
 
     const size_t n = static_cast<size_t>(seqs);
     std::vector<int32_t> tokens(n, 1), positions(n, static_cast<int32_t>(o_.attention_context - 1)), token_seq(n);
@@ -335,7 +347,10 @@ class OpRunner {
     absl::StatusOr<MeasuredTime> us = timer_.time([&]() { backend_.attention(*q, cache, meta, *y); });
     if (!us.ok()) return us.status();
     const double ctx = static_cast<double>(o_.attention_context);
-    const double kv_bytes = 2.0 * seqs * ctx * kv_heads * hd * static_cast<double>(dtype_size(backend_.kv_dtype()));
+    const uint64_t element_bytes = dtype_size(backend_.kv_dtype());
+    const double kv_bytes = static_cast<double>(seqs) * ctx *
+                            static_cast<double>(kv_token_bytes(kv_heads * hd, cache.k_bits, element_bytes) +
+                                                kv_token_bytes(kv_heads * hd, cache.v_bits, element_bytes));
     OpTiming t = elementwise("attention", seqs, heads * hd, *us,
                              kv_bytes + 2.0 * seqs * heads * hd * static_cast<double>(dtype_size(a)),
                              4.0 * seqs * heads * ctx * hd);
@@ -343,15 +358,47 @@ class OpRunner {
     return absl::OkStatus();
   }
 
+  // One side of the attention's cache: pages of the backend's kv_dtype at 16 bits (contents as
+  // allocated), else I32 words and F16 scales uploaded as zeros (every value dequantizes to 0).
+  absl::Status allocate_side(int bits, int64_t num_pages, int64_t page_size, int64_t kv_heads, int64_t hd,
+                             const char* side, Tensor& pages, Tensor& words, Tensor& scales) {
+    if (bits == 16) {
+      absl::StatusOr<Tensor> t =
+          backend_.allocate(backend_.kv_dtype(), {num_pages, page_size, kv_heads, hd}, absl::StrCat("bench ", side,
+                                                                                                    " pages"));
+      if (!t.ok()) return t.status();
+      pages = *t;
+      return absl::OkStatus();
+    }
+    const int64_t groups = kv_heads * hd / kKvGroupSize;
+    absl::StatusOr<Tensor> w = upload(Tensor::zeros(DType::kI32, {num_pages, page_size, groups * bits}),
+                                      absl::StrCat("bench ", side, " words"));
+    if (!w.ok()) return w.status();
+    absl::StatusOr<Tensor> sc =
+        upload(Tensor::zeros(DType::kF16, {num_pages, page_size, groups}), absl::StrCat("bench ", side, " scales"));
+    if (!sc.ok()) return sc.status();
+    words = *w;
+    scales = *sc;
+    return absl::OkStatus();
+  }
+
   const LlamaModel& model_;
   Backend& backend_;
   const KernelBenchOptions& o_;
+  KvCacheBits cache_bits_;
   const ModelConfig& c_;
   OpTimer timer_;
 };
 
 nlohmann::json optional_number(const std::optional<double>& v) {
   return v.has_value() ? nlohmann::json(*v) : nlohmann::json(nullptr);
+}
+
+// The attention's cache widths (16,16 when --cache-bits does not parse: reports follow a run,
+// which refused such options).
+KvCacheBits cache_bits_or_full(const KernelBenchOptions& o) {
+  absl::StatusOr<KvCacheBits> bits = parse_kv_cache_bits(o.cache_bits, "--cache-bits");
+  return bits.ok() ? *bits : KvCacheBits{};
 }
 
 std::string timing_description(const KernelBenchOptions& o, const KernelBenchReport& r) {
@@ -415,7 +462,9 @@ absl::StatusOr<KernelBenchReport> run_kernel_bench(const KernelBenchOptions& o) 
   if (!peaks.ok()) return peaks.status();
   report.peaks = *peaks;
 
-  OpRunner runner(**model, b, o, report.timing == "graph");
+  absl::StatusOr<KvCacheBits> cache_bits = parse_kv_cache_bits(o.cache_bits, "--cache-bits");
+  if (!cache_bits.ok()) return cache_bits.status();
+  OpRunner runner(**model, b, o, *cache_bits, report.timing == "graph");
   for (int64_t rows : o.rows) {
     if (absl::Status st = runner.run_rows(rows, report.ops); !st.ok()) {
       return absl::Status(st.code(), absl::StrCat("rows ", rows, ": ", st.message()));
@@ -466,6 +515,7 @@ nlohmann::json kernel_bench_json(const KernelBenchOptions& o, const KernelBenchR
           {"warmup", o.warmup},
           {"rows", o.rows},
           {"attention_context", o.attention_context},
+          {"cache_bits", kv_cache_bits_name(cache_bits_or_full(o))},
           {"peaks",
            {{"copy_gb_per_s", r.peaks.copy_gb_per_s},
             {"copy_bytes", r.peaks.copy_bytes},
@@ -482,8 +532,11 @@ std::string kernel_bench_markdown(const KernelBenchOptions& o, const KernelBench
     absl::StrAppendFormat(&md, "; fp16 GEMM %lld^3 peak %.1f TFLOP/s", static_cast<long long>(r.peaks.gemm_n),
                           *r.peaks.gemm_flop_per_s / 1e12);
   }
-  absl::StrAppendFormat(&md, ". Timing: %s. Attention: decode, context %lld.\n\n", timing_description(o, r),
-                        static_cast<long long>(o.attention_context));
+  absl::StrAppendFormat(&md, ". Timing: %s. Attention: decode, context %lld, cache %s.\n\n",
+                        timing_description(o, r), static_cast<long long>(o.attention_context),
+                        cache_bits_or_full(o).quantized()
+                            ? absl::StrCat("bits ", kv_cache_bits_name(cache_bits_or_full(o)))
+                            : absl::StrCat(r.kv_dtype, " pages"));
   md +=
       "| op | rows | in x out / width | bits | µs | min µs | timing | MB moved | GB/s | % copy peak | GFLOP/s "
       "| % GEMM peak | Mweights/ms |\n";
@@ -557,6 +610,10 @@ void add_kernels_subcommand(CLI::App& app, KernelBenchOptions& o) {
       ->capture_default_str();
   cmd->add_option("--context", o.attention_context, "Context length of the decode attention")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--cache-bits", o.cache_bits,
+                  "Cache widths of the decode attention: K,V each 2..8 or 16 (or N for N,N); 16: pages of the "
+                  "backend's kv_dtype")
       ->capture_default_str();
   cmd->add_option("--json", o.json_path, "Write the results as JSON here");
   cmd->add_option("--markdown", o.markdown_path, "Write the markdown table here");

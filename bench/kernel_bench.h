@@ -1,7 +1,8 @@
 // exl3-bench kernels: times the ops of one decoder layer (each distinct linear of layer 0, the
 // head, rms_norm, silu_mul, rope and decode attention) of a real model on one backend, for several
 // row counts, against the copy-bandwidth and GEMM peaks measured in the same run. Results as JSON
-// and a markdown table.
+// and a markdown table. The attention reads a cache of the backend's kv_dtype, or a quantized one
+// with --cache-bits K,V (its bytes are then the words and scales read).
 //
 // Timing (--timing): `graph` makes `warmup` calls of an op, captures `iters` back-to-back calls
 // into one step graph (Backend::capture_step), replays it once to warm up, then times `repeats` replays with the host
@@ -38,6 +39,7 @@ struct KernelBenchOptions {
   int repeats = 5;                   // graph timing: timed replays
   int64_t attention_context = 1024;  // positions each decode query attends to
   int64_t max_attention_seqs = 256;  // attention runs min(rows, this) sequences of one token
+  std::string cache_bits = "16,16";  // the attention's cache widths: --cache-bits K,V (or N), 16: full
   uint64_t cpu_copy_bytes = uint64_t{128} << 20;
   uint64_t cuda_copy_bytes = uint64_t{1} << 30;
   int64_t gemm_n = 8192;

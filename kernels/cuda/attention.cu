@@ -16,12 +16,14 @@
 // With a sliding window, keys before p - window + 1 are masked (prefill), skipped by the splits
 // that lie wholly before the window (decode: no partials written, and the merge starts at the
 // first split inside it), and never loaded before the run's earliest window start.
-// A cache with a quantized side goes to launch_attention_quant (attention_quant.cu) instead.
+// A cache with a quantized side goes to launch_attention_quant (attention_quant.cu) instead, which
+// shares the split plan, the scratch layout and the merge kernel (attention_split.h).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
 #include "kernels/check.h"
+#include "kernels/cuda/attention_split.h"
 #include "kernels/cuda/attention_warp.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
@@ -37,6 +39,8 @@ using attention_detail::kBlockKeys;
 using attention_detail::kWarpRows;
 using attention_detail::load_q_fragment;
 using attention_detail::WarpSoftmax;
+using attention_split::plan_splits;
+using attention_split::SplitPlan;
 
 constexpr int kPrefillWarps = 4;
 constexpr int kPrefillThreads = kPrefillWarps * 32;
@@ -262,21 +266,6 @@ __global__ void attention_merge_kernel(const AttnArgs a, int head_dim) {
   a.out[(t * a.heads + h) * head_dim + d] = __float2half_rn(sum > 0.0f ? value / sum : 0.0f);
 }
 
-struct SplitPlan {
-  int64_t splits;
-  int64_t chunk;
-};
-
-SplitPlan plan_splits(int64_t tokens, int64_t heads, int32_t max_position) {
-  const int64_t rows = tokens * heads;
-  const int64_t keys = static_cast<int64_t>(max_position) + 1;
-  int64_t splits = rows >= kTargetRows ? 1 : std::min(kMaxSplits, (kTargetRows + rows - 1) / rows);
-  splits = std::max<int64_t>(1, std::min(splits, (keys + kMinKeysPerSplit - 1) / kMinKeysPerSplit));
-  const int64_t per_split = (keys + splits - 1) / splits;
-  const int64_t chunk = (per_split + kBlockKeys - 1) / kBlockKeys * kBlockKeys;
-  return {(keys + chunk - 1) / chunk, chunk};
-}
-
 // A batch of as many sequences as tokens has one token per sequence: every token is single and
 // the prefill kernel would only skip them all, so it is not launched.
 template <int D>
@@ -302,6 +291,46 @@ void launch_for_head_dim(const AttnArgs& args, cudaStream_t stream) {
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
 }  // namespace
+
+namespace attention_split {
+
+SplitPlan plan_splits(int64_t tokens, int64_t heads, int32_t max_position, int64_t min_keys_per_split) {
+  EXL3_CHECK(min_keys_per_split > 0 && min_keys_per_split % kBlockKeys == 0, "plan_splits: min_keys_per_split ",
+             min_keys_per_split);
+  const int64_t rows = tokens * heads;
+  const int64_t keys = static_cast<int64_t>(max_position) + 1;
+  int64_t splits = rows >= kTargetRows ? 1 : std::min(kMaxSplits, (kTargetRows + rows - 1) / rows);
+  splits = std::max<int64_t>(1, std::min(splits, (keys + min_keys_per_split - 1) / min_keys_per_split));
+  const int64_t per_split = (keys + splits - 1) / splits;
+  const int64_t chunk = (per_split + kBlockKeys - 1) / kBlockKeys * kBlockKeys;
+  return {(keys + chunk - 1) / chunk, chunk};
+}
+
+void check_split_scratch(const AttentionParams& p, const SplitPlan& plan, const char* who) {
+  if (plan.splits <= 1) return;
+  const int64_t needed = p.batch.tokens * p.heads * plan.splits * (p.head_dim + 2);
+  EXL3_CHECK(p.scratch != nullptr && p.scratch_floats >= needed, who, ": scratch of ", p.scratch_floats, " floats, ",
+             needed, " needed (size it with attention_scratch_floats)");
+  EXL3_CHECK(aligned(p.scratch, 8), who, ": scratch must be 8-byte aligned");
+}
+
+void launch_attention_merge(const AttentionParams& p, const SplitPlan& plan, cudaStream_t stream) {
+  const PagedBatch& b = p.batch;
+  EXL3_CHECK(plan.splits > 1 && plan.chunk > 0 && (p.head_dim == 64 || p.head_dim == 128),
+             "attention merge: splits ", plan.splits, " chunk ", plan.chunk, " head_dim ", p.head_dim);
+  const AttnArgs args{p.q,          p.k_pages,    p.v_pages,         p.out,
+                      b.positions,  b.token_seq,  b.page_table,      p.scratch,
+                      b.tokens,     b.num_seqs,   b.max_pages,       p.num_pages,
+                      p.heads,      p.kv_heads,   p.heads / p.kv_heads,
+                      static_cast<int32_t>(b.page_size), b.max_position, p.scale * kLog2e,
+                      static_cast<int32_t>(plan.splits), static_cast<int32_t>(plan.chunk),
+                      static_cast<int32_t>(p.window)};
+  attention_merge_kernel<<<static_cast<unsigned>(b.tokens * p.heads), static_cast<unsigned>(p.head_dim), 0, stream>>>(
+      args, static_cast<int>(p.head_dim));
+  EXL3_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace attention_split
 
 int64_t attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim) {
   EXL3_CHECK(tokens >= 0 && heads > 0 && head_dim > 0, "attention_scratch_floats: tokens ", tokens, " heads ", heads,
@@ -351,13 +380,8 @@ void launch_attention(const AttentionParams& p, cudaStream_t stream) {
   EXL3_CHECK(aligned(p.q, 4) && aligned(p.out, 4), "attention: q and out must be 4-byte aligned");
   EXL3_CHECK(aligned(p.k_pages, 16) && aligned(p.v_pages, 16), "attention: pages must be 16-byte aligned");
 
-  const SplitPlan plan = plan_splits(b.tokens, p.heads, b.max_position);
-  if (plan.splits > 1) {
-    const int64_t needed = b.tokens * p.heads * plan.splits * (p.head_dim + 2);
-    EXL3_CHECK(p.scratch != nullptr && p.scratch_floats >= needed, "attention: scratch of ", p.scratch_floats,
-               " floats, ", needed, " needed (size it with attention_scratch_floats)");
-    EXL3_CHECK(aligned(p.scratch, 8), "attention: scratch must be 8-byte aligned");
-  }
+  const SplitPlan plan = plan_splits(b.tokens, p.heads, b.max_position, kMinKeysPerSplit);
+  attention_split::check_split_scratch(p, plan, "attention");
   const AttnArgs args{p.q,          p.k_pages,    p.v_pages,         p.out,
                       b.positions,  b.token_seq,  b.page_table,      p.scratch,
                       b.tokens,     b.num_seqs,   b.max_pages,       p.num_pages,

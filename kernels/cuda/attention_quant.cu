@@ -1,31 +1,50 @@
 // CUDA paged attention over a quantized KV cache (exl3-format.md §9; K and/or V quantized, each at
 // its own width, the other side possibly F16 pages): the device twin of attention_ref for caches
-// launch_attention hands over (paged_attention.cuh). One block of 4 warps per (chunk of tokens, KV
-// head, chunk of its query heads): up to 32 (token, head) rows, 8 per warp. The block walks each run
-// of same-sequence tokens of its chunk over the keys they can see (window respected), 32 keys at a
-// time: the tile's keys and values are dequantized into shared memory as fp16 (a warp per 32-element
-// group, kv_quant.cuh; the dequantized values are fp16 by definition, so nothing is lost), then each
-// warp updates the online softmax of its rows (lane j scores key j in fp32; the output lives in
-// lanes as dims lane + 32c). Never a dequantized copy of the cache: only the current tile.
+// launch_attention hands over (paged_attention.cuh). The structure of the F16 path (attention.cu),
+// with the keys and values of each block of 32 keys dequantized into shared memory as fp16 first
+// (kv_quant_tile.cuh: the dequantized values are fp16 by definition, bit-equal to the reference's,
+// so nothing is lost) and then fed to the same tensor-core step (attend_block, attention_warp.cuh):
+//   - prefill: for tokens that share their sequence with a neighbouring token ("runs"), one block
+//     of 8 warps takes 128 consecutive (token, query head) rows of one KV head (every query head
+//     of a KV head for 128 / group tokens) and loops causally over the run's keys; the block
+//     dequantizes each key once for all its rows;
+//   - decode: for every other token, one warp per (token, KV head, 16 query heads, key split)
+//     dequantizes and attends to its split's keys only, so a long context spreads over the whole
+//     GPU (split-K as attention.cu, with splits down to 32 keys: dequantizing costs more than
+//     loading F16 pages); the partials go to the F16 path's scratch and its merge kernel
+//     combines them (attention_split.h).
+// Never a dequantized copy of the cache: only the current block, with the next block's raw words
+// and scales on their way (cp.async) meanwhile. A group of more than 16 query heads per KV head is
+// taken 16 heads at a time (decode: 16 per warp; prefill rows span heads freely).
 #include <algorithm>
 #include <cstdint>
 #include <limits>
 
 #include "kernels/check.h"
+#include "kernels/cuda/attention_split.h"
+#include "kernels/cuda/attention_warp.cuh"
 #include "kernels/cuda/cuda_check.cuh"
-#include "kernels/cuda/kv_quant.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/kv_quant_tile.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 
 namespace exl3 {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * 32;
-constexpr int kRowsPerWarp = 8;
-constexpr int kRows = kWarps * kRowsPerWarp;  // (token, head) rows per block
-constexpr int kTileKeys = 32;
+using attention_detail::attend_block;
+using attention_detail::kBlockKeys;
+using attention_detail::kWarpRows;
+using attention_detail::load_q_fragment;
+using attention_detail::WarpSoftmax;
+using kv_quant_tile::KvBlocks;
+using kv_quant_tile::TileSource;
+
+constexpr int kPrefillWarps = 8;
+constexpr int kPrefillThreads = kPrefillWarps * 32;
+constexpr int kPrefillRows = kPrefillWarps * kWarpRows;  // 128 (token, head) rows per block
 constexpr float kLog2e = 1.4426950408889634f;
-constexpr unsigned kFull = 0xFFFFFFFFu;
+// Decode splits of at least one block of keys (the F16 path's are two).
+constexpr int64_t kMinKeysPerSplit = kBlockKeys;
 
 struct QuantAttnArgs {
   const __half* q;
@@ -34,12 +53,24 @@ struct QuantAttnArgs {
   const int32_t* positions;
   const int32_t* token_seq;
   const int32_t* page_table;
+  float* scratch;  // split-K partials, attention_split.h
   int64_t tokens, num_seqs, max_pages, num_pages, heads, kv_heads, group;
   int32_t page_size, max_position, window;
-  int32_t tokens_per_block, heads_per_block, head_chunks;
   float scale_log2;
+  int32_t splits, chunk;  // decode: keys [s · chunk, (s + 1) · chunk) go to split s
 };
 
+__device__ __forceinline__ int32_t window_start(const QuantAttnArgs& a, int32_t pos) {
+  return a.window > 0 ? max(0, pos - a.window + 1) : 0;
+}
+
+// A token whose neighbours in the batch belong to other sequences: the decode kernel's.
+__device__ __forceinline__ bool is_single(const QuantAttnArgs& a, int64_t t) {
+  const int32_t seq = a.token_seq[t];
+  return (t == 0 || a.token_seq[t - 1] != seq) && (t + 1 == a.tokens || a.token_seq[t + 1] != seq);
+}
+
+// The token's position after checking its metadata against the batch (violations trap).
 __device__ __forceinline__ int32_t checked_position(const QuantAttnArgs& a, int64_t t) {
   const int32_t seq = a.token_seq[t];
   const int32_t pos = a.positions[t];
@@ -49,181 +80,205 @@ __device__ __forceinline__ int32_t checked_position(const QuantAttnArgs& a, int6
   return pos;
 }
 
-__device__ __forceinline__ int32_t window_start(const QuantAttnArgs& a, int32_t pos) {
-  return a.window > 0 ? max(0, pos - a.window + 1) : 0;
+__device__ __forceinline__ TileSource tile_source(const QuantAttnArgs& a, int32_t seq, int32_t kv_head) {
+  return TileSource{a.k, a.v, a.page_table + seq * a.max_pages, a.kv_heads, a.num_pages, a.page_size, kv_head};
 }
 
-// Cache row (page · page_size + slot) of key position `pos` of sequence `seq`; a page outside the
-// cache traps.
-__device__ __forceinline__ int64_t cache_row(const QuantAttnArgs& a, int32_t seq, int32_t pos) {
-  const int32_t page = a.page_table[static_cast<int64_t>(seq) * a.max_pages + pos / a.page_size];
-  if (page < 0 || page >= a.num_pages) __trap();
-  return static_cast<int64_t>(page) * a.page_size + pos % a.page_size;
-}
-
-// Keys [start, start + 32) of one side for KV head `kv_head` into tile [32][kStride] halves; keys
-// past `last` are zeros. Every thread of the block calls it.
-template <int D, int kStride>
-__device__ __forceinline__ void load_tile(const QuantAttnArgs& a, const ConstKvSide& side, int32_t seq, int32_t kv_head,
-                                          int32_t start, int32_t last, __half* tile) {
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  if (side.bits == 16) {
-    for (int i = static_cast<int>(threadIdx.x); i < kTileKeys * D / 2; i += kThreads) {
-      const int j = i / (D / 2), d = 2 * (i % (D / 2));
-      const int32_t pos = start + j;
-      __half2 value = __float2half2_rn(0.0f);
-      if (pos <= last) {
-        const int64_t offset = (cache_row(a, seq, pos) * a.kv_heads + kv_head) * D + d;
-        value = *reinterpret_cast<const __half2*>(side.pages + offset);
-      }
-      *reinterpret_cast<__half2*>(tile + j * kStride + d) = value;
+// Normalised fp16 rows out; out0/out1 nullptr for rows not written by this kernel.
+template <int D>
+__device__ __forceinline__ void store_normalised(const WarpSoftmax<D>& st, __half* out0, __half* out1) {
+  float sum[2];
+  st.row_sums(sum);
+  const float inv0 = sum[0] > 0.0f ? 1.0f / sum[0] : 0.0f;
+  const float inv1 = sum[1] > 0.0f ? 1.0f / sum[1] : 0.0f;
+  const int c = 2 * (static_cast<int>(threadIdx.x) % 4);
+#pragma unroll
+  for (int dt = 0; dt < D / 8; ++dt) {
+    if (out0 != nullptr) {
+      *reinterpret_cast<__half2*>(out0 + dt * 8 + c) = __floats2half2_rn(st.o[dt][0] * inv0, st.o[dt][1] * inv0);
     }
-    return;
-  }
-  constexpr int kGroups = D / 32;  // groups of one head
-  const int64_t token_groups = a.kv_heads * kGroups;
-  for (int item = warp; item < kTileKeys * kGroups; item += kWarps) {
-    const int j = item / kGroups, g = item % kGroups;
-    const int32_t pos = start + j;
-    float value = 0.0f;
-    if (pos <= last) {  // uniform over the warp
-      const int64_t group = cache_row(a, seq, pos) * token_groups + kv_head * kGroups + g;
-      value = kv_quant::warp_dequantize_group(side.words + group * side.bits, side.scales[group], side.bits, lane);
+    if (out1 != nullptr) {
+      *reinterpret_cast<__half2*>(out1 + dt * 8 + c) = __floats2half2_rn(st.o[dt][2] * inv1, st.o[dt][3] * inv1);
     }
-    tile[j * kStride + g * 32 + lane] = __float2half_rn(value);
   }
 }
 
 template <int D>
-__global__ void __launch_bounds__(kThreads) attention_quant_kernel(const QuantAttnArgs a) {
-  constexpr int kKStride = D + 2;  // halves; odd word stride: lane j reading row j hits bank j
-  constexpr int kC = D / 32;       // output dims per lane
-  __shared__ __align__(16) float q_tile[kRows][D];
-  __shared__ __align__(16) __half k_tile[kTileKeys * kKStride];
-  __shared__ __align__(16) __half v_tile[kTileKeys * D];
+__global__ void __launch_bounds__(kPrefillThreads) attention_quant_prefill_kernel(const QuantAttnArgs a) {
+  allow_dependents();  // a dependent launch after this one may start its prologue
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid / 32;
+  const int lane = tid % 32;
+  const int32_t kv_head = static_cast<int32_t>(blockIdx.y);
+  const int64_t total_rows = a.tokens * a.group;
+  const int64_t tile_row = static_cast<int64_t>(blockIdx.x) * kPrefillRows;
+  const int64_t tile_end = tile_row + kPrefillRows < total_rows ? tile_row + kPrefillRows : total_rows;
+  const int64_t first_token = tile_row / a.group;
+  const int64_t last_token = (tile_end - 1) / a.group;
 
-  const int lane = static_cast<int>(threadIdx.x) % 32;
-  const int warp = static_cast<int>(threadIdx.x) / 32;
-  const int32_t kv_head = static_cast<int32_t>(blockIdx.y) / a.head_chunks;
-  const int32_t first_in_group = (static_cast<int32_t>(blockIdx.y) % a.head_chunks) * a.heads_per_block;
-  const int32_t block_heads = min(a.heads_per_block, static_cast<int32_t>(a.group) - first_in_group);
-  const int64_t first_token = static_cast<int64_t>(blockIdx.x) * a.tokens_per_block;
-  const int64_t end_token = min(first_token + a.tokens_per_block, a.tokens);
-  const int32_t rows = static_cast<int32_t>(end_token - first_token) * block_heads;
-
-  // Block row r: token first_token + r / block_heads, head kv_head · group + first_in_group + r % block_heads.
-  for (int i = static_cast<int>(threadIdx.x); i < kRows * D; i += kThreads) {
-    const int r = i / D, d = i % D;
-    float value = 0.0f;
-    if (r < rows) {
-      const int64_t t = first_token + r / block_heads;
-      const int64_t head = kv_head * a.group + first_in_group + r % block_heads;
-      value = __half2float(a.q[(t * a.heads + head) * D + d]);
-    }
-    q_tile[r][d] = value;
+  // This lane's rows g and g+8 of the warp: token and query head, or token -1 past the batch.
+  int64_t row_token[2];
+  const __half* q_row[2];
+  __half* out_row[2];
+  for (int r = 0; r < 2; ++r) {
+    const int64_t row = tile_row + warp * kWarpRows + lane / 4 + 8 * r;
+    row_token[r] = row < total_rows ? row / a.group : -1;
+    const int64_t head = kv_head * a.group + (row < total_rows ? row % a.group : 0);
+    const int64_t offset = (row_token[r] * a.heads + head) * D;
+    q_row[r] = row_token[r] >= 0 ? a.q + offset : nullptr;
+    out_row[r] = row_token[r] >= 0 && !is_single(a, row_token[r]) ? a.out + offset : nullptr;
   }
+  uint32_t qf[D / 16][4];
+  load_q_fragment<D>(qf, q_row[0], q_row[1]);
+  WarpSoftmax<D> st;
+  st.init();
 
-  // This warp's rows w + 4i: token (-1 past the block), position, window start.
-  int64_t row_token[kRowsPerWarp];
-  int32_t row_pos[kRowsPerWarp], row_lo[kRowsPerWarp];
-  float o[kRowsPerWarp][kC], m[kRowsPerWarp], l[kRowsPerWarp];
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    const int r = warp + kWarps * i;
-    row_token[i] = r < rows ? first_token + r / block_heads : -1;
-    row_pos[i] = row_token[i] >= 0 ? checked_position(a, row_token[i]) : -1;
-    row_lo[i] = row_token[i] >= 0 ? window_start(a, row_pos[i]) : 0;
-    m[i] = -INFINITY;
-    l[i] = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kC; ++c) o[i][c] = 0.0f;
-  }
-
-  for (int64_t run_begin = first_token; run_begin < end_token;) {
+  // Runs of consecutive same-sequence tokens inside the tile, one causal key loop each; rows of
+  // other runs are masked out (limit -1) meanwhile, which leaves their state untouched.
+  for (int64_t run_begin = first_token; run_begin <= last_token;) {
     const int32_t seq = a.token_seq[run_begin];
-    int64_t run_end = run_begin + 1;  // exclusive
-    while (run_end < end_token && a.token_seq[run_end] == seq) ++run_end;
-    int32_t lo = std::numeric_limits<int32_t>::max(), hi = 0;
-    for (int64_t t = run_begin; t < run_end; ++t) {
-      const int32_t pos = checked_position(a, t);
-      lo = min(lo, window_start(a, pos));
-      hi = max(hi, pos);
-    }
-    for (int32_t start = lo; start <= hi; start += kTileKeys) {
-      __syncthreads();  // the previous tile (and q_tile, the first time) is complete / consumed
-      load_tile<D, kKStride>(a, a.k, seq, kv_head, start, hi, k_tile);
-      load_tile<D, D>(a, a.v, seq, kv_head, start, hi, v_tile);
-      __syncthreads();
-
-      // Scores of key start + lane for every row of this warp.
-      float s[kRowsPerWarp];
-#pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) s[i] = 0.0f;
-      const __half* k_row = k_tile + lane * kKStride;
-#pragma unroll 4
-      for (int d = 0; d < D; d += 2) {
-        const float2 k2 = __half22float2(*reinterpret_cast<const __half2*>(k_row + d));
-#pragma unroll
-        for (int i = 0; i < kRowsPerWarp; ++i) {
-          const float2 q2 = *reinterpret_cast<const float2*>(&q_tile[warp + kWarps * i][d]);
-          s[i] = fmaf(q2.x, k2.x, fmaf(q2.y, k2.y, s[i]));
-        }
+    int64_t run_end = run_begin;  // inclusive
+    while (run_end < last_token && a.token_seq[run_end + 1] == seq) ++run_end;
+    const bool single = run_end == run_begin && is_single(a, run_begin);
+    if (!single) {
+      int32_t run_max = 0, run_min_start = a.max_position;
+      for (int64_t t = run_begin; t <= run_end; ++t) {
+        const int32_t pos = checked_position(a, t);
+        run_max = max(run_max, pos);
+        run_min_start = min(run_min_start, window_start(a, pos));
       }
-      const int32_t key = start + lane;
-#pragma unroll
-      for (int i = 0; i < kRowsPerWarp; ++i) {
-        const bool in_run = row_token[i] >= run_begin && row_token[i] < run_end;
-        if (!in_run || start > row_pos[i] || start + kTileKeys <= row_lo[i]) continue;  // uniform over the warp
-        const float score = key >= row_lo[i] && key <= row_pos[i] ? s[i] * a.scale_log2 : -INFINITY;
-        float tile_max = score;
-#pragma unroll
-        for (int h = 16; h > 0; h /= 2) tile_max = fmaxf(tile_max, __shfl_xor_sync(kFull, tile_max, h));
-        const float m_new = fmaxf(m[i], tile_max);  // finite: the tile holds a key of this row
-        const float alpha = exp2f(m[i] - m_new);
-        const float p = exp2f(score - m_new);
-        l[i] = l[i] * alpha + p;
-#pragma unroll
-        for (int c = 0; c < kC; ++c) o[i][c] *= alpha;
-#pragma unroll 8
-        for (int j = 0; j < kTileKeys; ++j) {
-          const float pj = __shfl_sync(kFull, p, j);
-#pragma unroll
-          for (int c = 0; c < kC; ++c) o[i][c] = fmaf(pj, __half2float(v_tile[j * D + c * 32 + lane]), o[i][c]);
+      int32_t limit[2], lower[2];
+      for (int r = 0; r < 2; ++r) {
+        const bool in_run = row_token[r] >= run_begin && row_token[r] <= run_end;
+        limit[r] = in_run ? a.positions[row_token[r]] : -1;
+        lower[r] = in_run ? window_start(a, limit[r]) : run_max + 1;
+      }
+      int32_t warp_limit = max(limit[0], limit[1]);
+      int32_t warp_lower = min(lower[0], lower[1]);
+      for (int offset = 16; offset > 0; offset /= 2) {
+        warp_limit = max(warp_limit, __shfl_xor_sync(0xFFFFFFFFu, warp_limit, offset));
+        warp_lower = min(warp_lower, __shfl_xor_sync(0xFFFFFFFFu, warp_lower, offset));
+      }
+      KvBlocks<D, kPrefillThreads> kv(tile_source(a, seq, kv_head), smem, run_min_start, run_max + 1, tid);
+      for (int32_t blk = 0; blk < kv.blocks(); ++blk) {
+        kv.load(blk);
+        // A warp whose rows all end before this block or all start after it skips the math.
+        const int32_t start = kv.start(blk);
+        if (warp_limit >= start && warp_lower < start + kBlockKeys) {
+          attend_block<D>(qf, kv.k_tile(), kv.v_tile(), start, limit, lower, a.scale_log2, st);
         }
-        m[i] = m_new;
+        kv.release();
       }
     }
-    run_begin = run_end;
+    run_begin = run_end + 1;
+  }
+  store_normalised<D>(st, out_row[0], out_row[1]);
+}
+
+template <int D>
+__global__ void __launch_bounds__(32) attention_quant_decode_kernel(const QuantAttnArgs a) {
+  allow_dependents();  // a dependent launch after this one may start its prologue
+  extern __shared__ __align__(16) unsigned char smem[];
+  const int64_t t = blockIdx.x;
+  if (!is_single(a, t)) return;
+  const int64_t head_tiles = (a.group + kWarpRows - 1) / kWarpRows;
+  const int32_t kv_head = static_cast<int32_t>(blockIdx.y / head_tiles);
+  const int64_t head_tile = blockIdx.y % head_tiles;
+  const int32_t split = static_cast<int32_t>(blockIdx.z);
+  const int32_t pos = checked_position(a, t);
+  const int32_t first_key = window_start(a, pos);
+  // Splits past the token's context or wholly before its window hold nothing (the merge knows).
+  if (split * a.chunk > pos || split < first_key / a.chunk) return;
+  const int32_t begin = max(split * a.chunk, first_key);
+  const int32_t end = min(split * a.chunk + a.chunk, pos + 1);
+  const int lane = static_cast<int>(threadIdx.x);
+
+  int64_t head[2];
+  const __half* q_row[2];
+  int32_t limit[2];
+  for (int r = 0; r < 2; ++r) {
+    const int64_t in_group = head_tile * kWarpRows + lane / 4 + 8 * r;
+    head[r] = in_group < a.group ? kv_head * a.group + in_group : -1;
+    q_row[r] = head[r] >= 0 ? a.q + (t * a.heads + head[r]) * D : nullptr;
+    limit[r] = head[r] >= 0 ? end - 1 : -1;
+  }
+  uint32_t qf[D / 16][4];
+  load_q_fragment<D>(qf, q_row[0], q_row[1]);
+  WarpSoftmax<D> st;
+  st.init();
+  const int32_t lower[2] = {begin, begin};
+  KvBlocks<D, 32> kv(tile_source(a, a.token_seq[t], kv_head), smem, begin, end, lane);
+  for (int32_t blk = 0; blk < kv.blocks(); ++blk) {
+    kv.load(blk);
+    attend_block<D>(qf, kv.k_tile(), kv.v_tile(), kv.start(blk), limit, lower, a.scale_log2, st);
+    kv.release();
   }
 
-#pragma unroll
-  for (int i = 0; i < kRowsPerWarp; ++i) {
-    if (row_token[i] < 0) continue;
-    float sum = l[i];
-#pragma unroll
-    for (int h = 16; h > 0; h /= 2) sum += __shfl_xor_sync(kFull, sum, h);
-    const int r = warp + kWarps * i;
-    const int64_t head = kv_head * a.group + first_in_group + r % block_heads;
-    __half* out = a.out + (row_token[i] * a.heads + head) * D;
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-#pragma unroll
-    for (int c = 0; c < kC; ++c) out[c * 32 + lane] = __float2half_rn(o[i][c] * inv);
+  if (a.splits == 1) {
+    __half* out0 = head[0] >= 0 ? a.out + (t * a.heads + head[0]) * D : nullptr;
+    __half* out1 = head[1] >= 0 ? a.out + (t * a.heads + head[1]) * D : nullptr;
+    store_normalised<D>(st, out0, out1);
+    return;
   }
+  float sum[2];
+  st.row_sums(sum);
+  const int64_t partials = a.tokens * a.heads * a.splits;
+  const int c = 2 * (lane % 4);
+  for (int r = 0; r < 2; ++r) {
+    if (head[r] < 0) continue;
+    const int64_t slot = (t * a.heads + head[r]) * a.splits + split;
+    if (lane % 4 == 0) {
+      a.scratch[2 * slot] = st.m[r];
+      a.scratch[2 * slot + 1] = sum[r];
+    }
+    float* acc = a.scratch + 2 * partials + slot * D;
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt) {
+      *reinterpret_cast<float2*>(acc + dt * 8 + c) = make_float2(st.o[dt][2 * r], st.o[dt][2 * r + 1]);
+    }
+  }
+}
+
+// A batch of as many sequences as tokens has one token per sequence: every token is single and
+// the prefill kernel would only skip them all, so it is not launched.
+template <int D>
+void launch_for_head_dim(const QuantAttnArgs& args, const AttentionParams& p, const attention_split::SplitPlan& plan,
+                         cudaStream_t stream) {
+  const int smem = kv_quant_tile::smem_bytes(D, args.k.bits, args.v.bits);
+  if (args.tokens > args.num_seqs) {
+    const int64_t prefill_tiles = (args.tokens * args.group + kPrefillRows - 1) / kPrefillRows;
+    attention_quant_prefill_kernel<D>
+        <<<dim3(static_cast<unsigned>(prefill_tiles), static_cast<unsigned>(args.kv_heads)), kPrefillThreads, smem,
+           stream>>>(args);
+    EXL3_CUDA_CHECK_LAUNCH();
+  }
+  const int64_t head_tiles = (args.group + kWarpRows - 1) / kWarpRows;
+  attention_quant_decode_kernel<D>
+      <<<dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(args.kv_heads * head_tiles),
+              static_cast<unsigned>(args.splits)),
+         32, smem, stream>>>(args);
+  EXL3_CUDA_CHECK_LAUNCH();
+  if (plan.splits > 1) attention_split::launch_attention_merge(p, plan, stream);
 }
 
 bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
 }  // namespace
 
-// Contract: that of launch_attention (paged_attention.cuh) with k_bits, v_bits each 16 (pages F16,
-// 4-byte aligned) or 2..8 (words I32 [num_pages, page_size, kv_heads · head_dim / 32 · bits],
-// scales F16 [num_pages, page_size, kv_heads · head_dim / 32]); window >= 0. Grid: (ceil(tokens /
-// tokens_per_block), kv_heads · head chunks), where a block takes min(group, 32) heads and, unless
-// every token is its sequence's only one, 32 / that many tokens. No scratch, no allocation.
+// Contract: that of launch_attention (paged_attention.cuh) with k_bits, v_bits each 16 (pages F16
+// [num_pages, page_size, kv_heads, head_dim], 16-byte aligned) or 2..8 (words I32 [num_pages,
+// page_size, kv_heads · head_dim / 32 · bits], 16-byte aligned; scales F16 [num_pages, page_size,
+// kv_heads · head_dim / 32], 8-byte aligned); window >= 0; q, out 4-byte aligned. scratch: as
+// launch_attention's (attention_scratch_floats), read when a decode token's context is split (the
+// plan of attention_split.h with splits of at least 32 keys, decided by max_position, so a step
+// graph captured at a bucket's last position serves every position below it). Launches: prefill
+// (some sequence has several tokens), decode (grid tokens x kv_heads · ceil(group / 16) x splits,
+// one warp each), merge (splits > 1). Dynamic shared memory under 48 KiB; no allocation.
 void launch_attention_quant(const AttentionParams& p, cudaStream_t stream) {
   const PagedBatch& b = p.batch;
-  EXL3_CHECK(b.tokens >= 0 && b.tokens <= std::numeric_limits<int32_t>::max(), "attention_quant: tokens ", b.tokens);
+  EXL3_CHECK(b.tokens >= 0 && b.tokens * std::max<int64_t>(p.heads, 1) <= std::numeric_limits<int32_t>::max(),
+             "attention_quant: tokens ", b.tokens, " heads ", p.heads);
   EXL3_CHECK(p.heads > 0 && p.kv_heads > 0 && p.heads % p.kv_heads == 0, "attention_quant: heads ", p.heads,
              " not a multiple of kv_heads ", p.kv_heads);
   EXL3_CHECK(p.head_dim == 64 || p.head_dim == 128, "attention_quant: head_dim ", p.head_dim,
@@ -238,21 +293,25 @@ void launch_attention_quant(const AttentionParams& p, cudaStream_t stream) {
   const ConstKvSide k{p.k_pages, p.k_words, p.k_scales, p.k_bits};
   const ConstKvSide v{p.v_pages, p.v_words, p.v_scales, p.v_bits};
   for (const ConstKvSide* side : {&k, &v}) {
-    const bool full = side->bits == 16 && side->pages != nullptr && aligned(side->pages, 4);
-    const bool quantized = side->bits >= 2 && side->bits <= 8 && side->words != nullptr && side->scales != nullptr;
+    const bool full = side->bits == 16 && side->pages != nullptr && aligned(side->pages, 16);
+    const bool quantized = side->bits >= 2 && side->bits <= 8 && side->words != nullptr && side->scales != nullptr &&
+                           aligned(side->words, 16) && aligned(side->scales, 8);
     EXL3_CHECK(full || quantized, "attention_quant: a side of ", side->bits,
-               " bits (16 with 4-byte aligned pages, or 2..8 with words and scales)");
+               " bits (16 with 16-byte aligned pages, or 2..8 with 16-byte aligned words and 8-byte aligned scales)");
   }
   const int64_t group = p.heads / p.kv_heads;
-  const int64_t heads_per_block = std::min<int64_t>(group, kRows);
-  const int64_t head_chunks = (group + heads_per_block - 1) / heads_per_block;
-  const int64_t tokens_per_block = b.tokens == b.num_seqs ? 1 : std::max<int64_t>(1, kRows / heads_per_block);
-  EXL3_CHECK(p.kv_heads * head_chunks <= 65535, "attention_quant: ", p.heads, " heads over ", p.kv_heads,
+  const int64_t head_tiles = (group + kWarpRows - 1) / kWarpRows;
+  EXL3_CHECK(p.kv_heads * head_tiles <= 65535, "attention_quant: ", p.heads, " heads over ", p.kv_heads,
              " KV heads exceed the grid");
   if (b.tokens == 0) return;
   EXL3_CHECK(p.q != nullptr && p.out != nullptr, "attention_quant: null q/out");
+  EXL3_CHECK(aligned(p.q, 4) && aligned(p.out, 4), "attention_quant: q and out must be 4-byte aligned");
   EXL3_CHECK(b.positions != nullptr && b.token_seq != nullptr && b.page_table != nullptr,
              "attention_quant: null batch metadata");
+
+  const attention_split::SplitPlan plan =
+      attention_split::plan_splits(b.tokens, p.heads, b.max_position, kMinKeysPerSplit);
+  attention_split::check_split_scratch(p, plan, "attention_quant");
   const QuantAttnArgs args{p.q,
                            p.out,
                            k,
@@ -260,6 +319,7 @@ void launch_attention_quant(const AttentionParams& p, cudaStream_t stream) {
                            b.positions,
                            b.token_seq,
                            b.page_table,
+                           p.scratch,
                            b.tokens,
                            b.num_seqs,
                            b.max_pages,
@@ -270,18 +330,14 @@ void launch_attention_quant(const AttentionParams& p, cudaStream_t stream) {
                            static_cast<int32_t>(b.page_size),
                            b.max_position,
                            static_cast<int32_t>(p.window),
-                           static_cast<int32_t>(tokens_per_block),
-                           static_cast<int32_t>(heads_per_block),
-                           static_cast<int32_t>(head_chunks),
-                           p.scale * kLog2e};
-  const dim3 grid(static_cast<unsigned>((b.tokens + tokens_per_block - 1) / tokens_per_block),
-                  static_cast<unsigned>(p.kv_heads * head_chunks));
+                           p.scale * kLog2e,
+                           static_cast<int32_t>(plan.splits),
+                           static_cast<int32_t>(plan.chunk)};
   if (p.head_dim == 64) {
-    attention_quant_kernel<64><<<grid, kThreads, 0, stream>>>(args);
+    launch_for_head_dim<64>(args, p, plan, stream);
   } else {
-    attention_quant_kernel<128><<<grid, kThreads, 0, stream>>>(args);
+    launch_for_head_dim<128>(args, p, plan, stream);
   }
-  EXL3_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace exl3

@@ -1,8 +1,9 @@
 // Warp-level quantization of the KV cache (exl3-format.md §9): one warp per 32-element group, lane e
 // holding element e. The WHT is five shuffle butterflies (distances 1, 2, 4, 8, 16, as
 // kv_quantize_group_ref), the scale a warp max, the bit planes OR-reduced over lane segments. The
-// fp32 operations are those of the reference in the same order, so words, scales and dequantized
-// values are bit-equal to it. Every lane of the warp must call these together.
+// fp32 operations are those of the reference in the same order, so words and scales are bit-equal
+// to it. Every lane of the warp must call these together. (Attention dequantizes a whole group per
+// thread instead: kv_quant_tile.cuh.)
 #pragma once
 
 #include <cuda_fp16.h>
@@ -46,24 +47,6 @@ __device__ __forceinline__ void warp_quantize_group(float v, int bits, int lane,
     for (int off = 1; off < seg; off *= 2) part |= __shfl_xor_sync(kFullMask, part, off);
     if (lane % seg == 0) words[(bits & ~(2 * pw - 1)) + lane / seg] = part;
   }
-}
-
-// Element `lane` of a group stored as `bits` words and an fp16 scale, dequantized and rounded to fp16.
-__device__ __forceinline__ float warp_dequantize_group(const uint32_t* words, __half scale, int bits, int lane) {
-  const uint32_t mine = lane < bits ? words[lane] : 0u;
-  uint32_t q = 0;
-#pragma unroll
-  for (int pw = 8; pw >= 1; pw /= 2) {
-    if ((bits & pw) == 0) continue;
-    const int off = lane * pw;
-    const uint32_t word = __shfl_sync(kFullMask, mine, (bits & ~(2 * pw - 1)) + off / 32);
-    q |= ((word >> (off % 32)) & ((1u << pw) - 1u)) << (bits & (pw - 1));
-  }
-  const float m = static_cast<float>(1 << (bits - 1));
-  const float factor = __half2float(scale) * kInvSqrt32 / m;
-  // __fmul_rn: never contracted with the butterfly's first add (the reference rounds the product).
-  const float x = warp_wht32(__fmul_rn(static_cast<float>(q) - (m - 0.5f), factor), lane);
-  return __half2float(__float2half_rn(x));
 }
 
 }  // namespace exl3::kv_quant

@@ -77,8 +77,8 @@ void launch_rope_kv_write(const RopeKvWriteParams& p, cudaStream_t stream);
 // name), positions within the page table.
 // F16 pages on both sides (attention.cu): decode (one token per sequence) splits long contexts
 // over pages (split-K) and merges the partial softmax; prefill runs a causal flash-attention loop
-// over key blocks. A quantized side (attention_quant.cu): one block per run of tokens and group of
-// query heads of one KV head, keys and values dequantized tile by tile into shared memory.
+// over key blocks. A quantized side (attention_quant.cu): the same scheme (split-K decode, the same
+// scratch and merge), each block of keys dequantized into shared memory before the math.
 struct AttentionParams {
   const __half* q = nullptr;
   const __half* k_pages = nullptr;
@@ -101,7 +101,7 @@ struct AttentionParams {
 int64_t attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim);
 void launch_attention(const AttentionParams& p, cudaStream_t stream);
 // The quantized path (attention_quant.cu), which launch_attention takes when k_bits or v_bits is
-// below 16; same contract, plus head_dim % 32 == 0 (true for 64 and 128). Needs no scratch.
+// below 16; same contract (scratch included), plus words 16-byte and scales 8-byte aligned.
 void launch_attention_quant(const AttentionParams& p, cudaStream_t stream);
 
 }  // namespace exl3

@@ -2,9 +2,12 @@
 // kv_write's words and scales bit-equal to kv_write_ref on the same fp16 inputs (every width, K and
 // V at different widths, groups of zeros, tiny and large values), attention over quantized pages
 // and attention with a window (F16 pages too: prefill, decode, split decode, chunked prefill) against
-// attention_ref within the attention budget of backend_ops_gpu_test, rope_kv_write on a quantized
-// cache equal to rope + kv_write, and a quantized step replayed from a CUDA graph equal to the
-// same step run directly.
+// attention_ref within the attention budget of backend_ops_gpu_test (long contexts too: decode split
+// over up to 64 blocks of keys at batch 1 and 16, with a window, K-only, V-only, GQA group 4 of 32
+// heads, 48 heads per KV head, prefill next to split decode), rope_kv_write on a quantized cache
+// equal to rope + kv_write, a quantized step replayed from a CUDA graph equal to the same step run
+// directly, and split decode steps replayed from one graph captured for a bucket (split plan of the
+// bucket's last position) matching the reference at each step.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -24,6 +27,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/cuda/attention_split.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/fp16.h"
 #include "kernels/ops.h"
@@ -362,6 +366,27 @@ std::vector<Case> cases() {
       {"f16_window_decode_small", 32, 8, 128, 16, 16, 16, 5, {{100, 1}, {1, 1}, {1000, 1}}},
       {"f16_window_chunked_mixed", 12, 4, 64, 16, 16, 16, 33, {{20, 17}, {0, 3}, {300, 1}, {127, 2}}},
   };
+  // Long contexts: decode split over many blocks of keys (batch 1: up to 64 splits of 32 keys;
+  // batch 16: 8 splits), GQA group 4 with 32 heads as Llama 3 8B; a window cutting through the
+  // splits; K-only and V-only quantization; more than 16 heads per KV head; prefill and split
+  // decode in one batch.
+  std::vector<Seq> batch16;
+  for (int i = 0; i < 16; ++i) batch16.push_back({i % 5 == 4 ? 37 + 11 * i : 1999 - 61 * i, 1});
+  const std::vector<Case> long_cases = {
+      {"q44_decode_long_gqa4_b1", 32, 8, 128, 16, 4, 4, 0, {{2047, 1}}},
+      {"q44_decode_long_gqa4_b16", 32, 8, 128, 16, 4, 4, 0, batch16},
+      {"q35_decode_long_hd64_b3", 32, 8, 64, 32, 3, 5, 0, {{1500, 1}, {31, 1}, {2200, 1}}},
+      {"q44_window_decode_splits", 32, 8, 128, 16, 4, 4, 300, {{3000, 1}, {700, 1}, {10, 1}, {299, 1}}},
+      {"q26_window_decode_splits_b16", 32, 8, 128, 16, 2, 6, 1000, batch16},
+      {"q4_k_only_decode_splits", 32, 8, 128, 16, 4, 16, 0, {{1500, 1}, {64, 1}}},
+      {"q3_v_only_decode_splits", 32, 8, 64, 16, 16, 3, 0, {{1500, 1}, {40, 1}}},
+      {"q8_k_only_window_splits", 16, 4, 128, 16, 8, 16, 513, {{2000, 1}}},
+      {"q44_mqa_48heads_decode_long", 48, 1, 128, 16, 4, 4, 0, {{1200, 1}, {5, 1}}},
+      {"q44_prefill_long_gqa4", 32, 8, 128, 16, 4, 4, 0, {{0, 150}}},
+      {"q44_chunked_with_split_decode", 32, 8, 128, 16, 4, 4, 0, {{1000, 40}, {1800, 1}, {500, 1}, {0, 23}}},
+      {"q53_window_chunked_split_decode", 32, 8, 64, 16, 5, 3, 200, {{900, 33}, {1700, 1}, {150, 1}}},
+  };
+  list.insert(list.end(), long_cases.begin(), long_cases.end());
   for (int bits = 2; bits <= 8; ++bits) {
     const int other = bits == 8 ? 2 : bits + 1;
     list.push_back({absl::StrCat("width_k", bits, "_v", other), 6, 3, 64, 16, bits, other, 0, {{40, 9}, {3, 1}}});
@@ -519,6 +544,127 @@ TEST_F(KvQuantGpuOps, QuantizedStepReplaysFromAGraph) {
   EXPECT_EQ(std::memcmp(a.raw(), g.raw(), a.nbytes()), 0) << "graph replay output differs";
   const Tensor wa = to_host(b, direct.k_words), wg = to_host(b, graphed.k_words);
   EXPECT_EQ(std::memcmp(wa.raw(), wg.raw(), wa.nbytes()), 0) << "graph replay cache differs";
+}
+
+// The split plans of both paths (quantized: splits of at least 32 keys; F16: 64) cover the keys in
+// at most 64 splits of whole 32-key blocks, none empty, and their partials fit the scratch the
+// backend reserves (attention_scratch_floats), for every batch and context.
+TEST(KvQuantSplitPlan, CoversTheKeysWithinTheScratch) {
+  for (int64_t min_keys : {32, 64}) {
+    for (int64_t heads : {1, 8, 32, 48, 64}) {
+      for (int64_t tokens : {1, 2, 3, 7, 16, 100, 127, 128, 129, 512}) {
+        for (int32_t max_position : {0, 31, 32, 63, 1000, 2047, 2048, 4095, 131071}) {
+          const attention_split::SplitPlan plan =
+              attention_split::plan_splits(tokens, heads, max_position, min_keys);
+          const std::string what = absl::StrCat("min_keys ", min_keys, " heads ", heads, " tokens ", tokens,
+                                                " max_position ", max_position, ": splits ", plan.splits, " chunk ",
+                                                plan.chunk);
+          EXPECT_TRUE(plan.splits >= 1 && plan.splits <= 64) << what;
+          EXPECT_EQ(plan.chunk % 32, 0) << what;
+          EXPECT_GE(plan.splits * plan.chunk, int64_t{max_position} + 1) << what;
+          EXPECT_LE((plan.splits - 1) * plan.chunk, int64_t{max_position}) << what;
+          if (plan.splits > 1) {
+            EXPECT_LE(tokens * heads * plan.splits * 130, attention_scratch_floats(tokens, heads, 128)) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+// Decode steps replayed from one CUDA graph captured for a bucket, as the step graphs do: the page
+// table padded to the bucket's pages and max_position its last position, so the split plan (made
+// at capture) is the bucket's (32 splits here) while the real contexts are shorter and move on
+// each replay. Per step: kv_write + attention replayed with new positions, q, k and v uploaded
+// into the captured buffers; the output within the attention budget of attention_ref and equal to
+// the same attention run directly with the same metadata. Full causal at 4,4 and a window at 3,5.
+TEST_F(KvQuantGpuOps, SplitDecodeReplaysFromABucketGraph) {
+  Backend& b = *backend();
+  ASSERT_TRUE(b.supports_step_graphs());
+  const int64_t heads = 32, kv_heads = 8, head_dim = 128, page_size = 16, bucket_pages = 128, steps = 3;
+  struct Config {
+    int k_bits, v_bits;
+    int64_t window;
+  };
+  for (const Config& cfg : {Config{4, 4, 0}, Config{3, 5, 700}}) {
+    const std::string tag = absl::StrCat("bucket_graph_k", cfg.k_bits, "_v", cfg.v_bits, "_w", cfg.window);
+    std::mt19937 rng(static_cast<uint32_t>(31 + cfg.k_bits + cfg.window));
+    // Contexts before the first replayed step; the layout holds `steps` more tokens each.
+    const std::vector<Seq> seqs = {{1500, static_cast<int32_t>(steps)},
+                                   {700, static_cast<int32_t>(steps)},
+                                   {20, static_cast<int32_t>(steps)}};
+    const Layout l = make_layout(seqs, page_size, rng);
+    ASSERT_LE(l.max_pages, bucket_pages);
+    const int64_t n = static_cast<int64_t>(seqs.size());
+    std::vector<int32_t> padded(static_cast<size_t>(n * bucket_pages), 0);
+    for (int64_t s = 0; s < n; ++s) {
+      std::copy(l.tables[s].begin(), l.tables[s].end(), padded.begin() + s * bucket_pages);
+    }
+    const CacheSpec spec{l.num_pages, page_size, kv_heads, head_dim, cfg.k_bits, cfg.v_bits, cfg.window};
+    PagedKv ref = make_cache(spec, nullptr);
+    PagedKv dev = make_cache(spec, &b);
+    std::vector<Seq> history = seqs;
+    for (Seq& h : history) h.fresh = 0;
+    write_step(b, make_step(history, true), l, spec, ref, dev, rng);
+
+    // The captured step's buffers: metadata of the bucket, q, k, v, out.
+    std::vector<int32_t> token_seq(static_cast<size_t>(n));
+    std::iota(token_seq.begin(), token_seq.end(), 0);
+    StepMeta meta;
+    meta.tokens = to_device(b, i32(std::vector<int32_t>(static_cast<size_t>(n), 0)));
+    meta.positions = to_device(b, i32(std::vector<int32_t>(static_cast<size_t>(n), 0)));
+    meta.token_seq = to_device(b, i32(token_seq));
+    meta.page_table = to_device(b, Tensor::from_vector(padded, {n, bucket_pages}));
+    meta.logit_rows = to_device(b, i32(token_seq));
+    meta.num_tokens = n;
+    meta.num_seqs = n;
+    meta.max_pages = bucket_pages;
+    meta.num_logit_rows = n;
+    meta.max_position = static_cast<int32_t>(bucket_pages * page_size - 1);
+    Tensor q = device_zeros(b, DType::kF16, {n, heads, head_dim});
+    Tensor k = device_zeros(b, DType::kF16, {n, kv_heads, head_dim});
+    Tensor v = device_zeros(b, DType::kF16, {n, kv_heads, head_dim});
+    Tensor out_graph = device_zeros(b, DType::kF16, {n, heads, head_dim});
+    Tensor out_direct = device_zeros(b, DType::kF16, {n, heads, head_dim});
+    absl::StatusOr<std::unique_ptr<StepGraph>> graph = b.capture_step([&]() {
+      b.kv_write(dev, k, v, meta);
+      b.attention(q, dev, meta, out_graph);
+      return absl::OkStatus();
+    });
+    ASSERT_TRUE(graph.ok()) << graph.status();
+
+    for (int64_t step = 0; step < steps; ++step) {
+      Step st;
+      for (int64_t s = 0; s < n; ++s) {
+        st.positions.push_back(seqs[s].context + static_cast<int32_t>(step));
+        st.token_seq.push_back(static_cast<int32_t>(s));
+      }
+      const Tensor hq = Tensor::from_vector(normal_fp16(n * heads * head_dim, rng), {n, heads, head_dim});
+      const Tensor hk = Tensor::from_vector(normal_fp16(n * kv_heads * head_dim, rng), {n, kv_heads, head_dim});
+      const Tensor hv = Tensor::from_vector(normal_fp16(n * kv_heads * head_dim, rng), {n, kv_heads, head_dim});
+      Tensor want = Tensor::zeros(DType::kF32, hq.shape());
+      for (int64_t s = 0; s < n; ++s) {
+        const std::span<const int32_t> pos(st.positions.data() + s, 1);
+        kv_write_ref(ref, l.tables[s], pos, hk.rows(s, 1), hv.rows(s, 1));
+        const Tensor o = attention_ref(hq.rows(s, 1), ref, l.tables[s], pos);
+        std::copy_n(o.data<float>(), o.numel(), want.mutable_data<float>() + s * heads * head_dim);
+      }
+      b.upload(i32(st.positions), meta.positions);
+      b.upload(f16_host(hq), q);
+      b.upload(f16_host(hk), k);
+      b.upload(f16_host(hv), v);
+      ASSERT_TRUE(b.replay_step(**graph).ok());
+      b.attention(q, dev, meta, out_direct);
+      ASSERT_TRUE(b.synchronize().ok());
+      const std::string what = absl::StrCat(tag, " step ", step);
+      expect_attention_close(to_host(b, out_graph).to_f32(), want, what);
+      const Tensor a = to_host(b, out_direct), g = to_host(b, out_graph);
+      EXPECT_EQ(std::memcmp(a.raw(), g.raw(), a.nbytes()), 0) << what << ": graph replay differs from a direct run";
+    }
+    if (cfg.k_bits != 16) {
+      expect_side_equal(b, dev.k_words, dev.k_scales, ref.k_words, ref.k_scales, cfg.k_bits, tag + " keys");
+    }
+  }
 }
 
 }  // namespace
