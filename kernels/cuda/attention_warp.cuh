@@ -1,7 +1,7 @@
-// Warp-level building blocks of the paged attention kernels (kernels/cuda/attention.cu): the
-// sm_80+ instructions they use (mma.sync m16n8k16 f16 -> f32, ldmatrix, cp.async with zero
-// fill), the paged K/V block loader and one online-softmax step of a warp's 16 query rows over a
-// block of 32 keys held in shared memory. All valid on sm_80, 86, 89 and 90.
+// Warp-level building blocks of the paged attention kernels (attention_kernels.cuh): the sm_80+
+// instructions they use (mma.sync m16n8k16 f16 -> f32, ldmatrix, cp.async with zero fill), the
+// query fragment and one online-softmax step of a warp's 16 query rows over a block of 32 keys
+// held in shared memory. All valid on sm_80, 86, 89 and 90.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 .f16): with g = lane / 4 and c = 2 · (lane % 4),
 //   A (16 x 16): a0 = (row g, cols c, c+1), a1 = (row g+8, cols c, c+1), a2 = (row g, cols c+8,
@@ -86,45 +86,6 @@ __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
 
 __device__ __forceinline__ uint32_t load_half2_bits(const __half* ptr) {
   return __ldg(reinterpret_cast<const unsigned int*>(ptr));
-}
-
-// Where the keys and values of one (sequence, KV head) live: pages F16 [num_pages, page_size,
-// kv_heads, D], this sequence's row of the page table.
-template <int D>
-struct KvSource {
-  const __half* k_pages;
-  const __half* v_pages;
-  const int32_t* page_table;  // page_table[seq] row: max_pages entries
-  int64_t kv_heads;
-  int64_t num_pages;
-  int32_t page_size;
-  int32_t kv_head;
-
-  // Element offset of key position `pos`; a page outside the cache traps.
-  __device__ __forceinline__ int64_t row_offset(int32_t pos) const {
-    const int32_t page = page_table[pos / page_size];
-    if (page < 0 || page >= num_pages) __trap();
-    return ((static_cast<int64_t>(page) * page_size + pos % page_size) * kv_heads + kv_head) * D;
-  }
-};
-
-// Threads 0..kThreads-1 of the block copy the keys [start, start + 32) into kbuf/vbuf (rows of
-// row_stride<D>() halves) with cp.async; keys at or past `end` are zero-filled, so masked
-// probabilities (exactly 0) never meet a non-finite value.
-template <int D, int kThreads>
-__device__ __forceinline__ void load_kv_block(__half* kbuf, __half* vbuf, const KvSource<D>& src, int32_t start,
-                                              int32_t end) {
-  constexpr int kParts = D / 8;  // 16-byte pieces per row
-  static_assert(kThreads % kParts == 0, "threads must cover whole rows");
-  constexpr int kRowsPerPass = kThreads / kParts;
-  const int part = static_cast<int>(threadIdx.x) % kParts;
-  for (int r = static_cast<int>(threadIdx.x) / kParts; r < kBlockKeys; r += kRowsPerPass) {
-    const int32_t pos = start + r;
-    const bool valid = pos < end;
-    const int64_t offset = (valid ? src.row_offset(pos) : 0) + part * 8;
-    cp_async16(kbuf + r * row_stride<D>() + part * 8, src.k_pages + (valid ? offset : 0), valid);
-    cp_async16(vbuf + r * row_stride<D>() + part * 8, src.v_pages + (valid ? offset : 0), valid);
-  }
 }
 
 // Online-softmax state of a warp's 16 rows; lane holds rows g and g+8 (index 0 and 1).
@@ -254,34 +215,6 @@ __device__ __forceinline__ void attend_block(const uint32_t (&qf)[D / 16][4], co
       mma_16816(st.o[2 * dp], pa, b[0], b[1]);
       mma_16816(st.o[2 * dp + 1], pa, b[2], b[3]);
     }
-  }
-}
-
-// The warp's rows over keys [begin, end) of one sequence, 32 keys at a time through a double
-// buffer `smem` [2 buffers][K, V][block_halves<D>()] that all kThreads threads of the block fill
-// together (every thread of the block must call this with the same begin and end). A warp whose
-// rows all stop before a block (warp_limit < its first key) or all start after it (warp_lower past
-// its last key) skips that block's math.
-template <int D, int kThreads>
-__device__ void attend_range(__half (*smem)[2][block_halves<D>()], const KvSource<D>& src, int32_t begin, int32_t end,
-                             const uint32_t (&qf)[D / 16][4], const int32_t (&limit)[2], const int32_t (&lower)[2],
-                             int32_t warp_limit, int32_t warp_lower, float scale_log2, WarpSoftmax<D>& st) {
-  if (end <= begin) return;
-  const int32_t blocks = (end - begin + kBlockKeys - 1) / kBlockKeys;
-  load_kv_block<D, kThreads>(smem[0][0], smem[0][1], src, begin, end);
-  cp_async_commit();
-  for (int32_t b = 0; b < blocks; ++b) {
-    const int32_t start = begin + b * kBlockKeys;
-    if (b + 1 < blocks) {
-      load_kv_block<D, kThreads>(smem[(b + 1) % 2][0], smem[(b + 1) % 2][1], src, start + kBlockKeys, end);
-    }
-    cp_async_commit();  // possibly empty: keeps "all but one" meaning "block b has landed"
-    cp_async_wait_all_but_one();
-    __syncthreads();
-    if (warp_limit >= start && warp_lower < start + kBlockKeys) {
-      attend_block<D>(qf, smem[b % 2][0], smem[b % 2][1], start, limit, lower, scale_log2, st);
-    }
-    __syncthreads();  // the buffer is refilled by the next iteration's load
   }
 }
 

@@ -1,9 +1,9 @@
-// Quantized KV tiles for the attention kernels of attention_quant.cu: blocks of 32 keys of one
-// (sequence, KV head) brought into shared memory as fp16 in the layout attend_block reads (rows of
-// row_stride<D>() halves, attention_warp.cuh). A quantized side (exl3-format.md §9) goes through
-// two steps: its raw words and scales are copied with cp.async into a staging buffer (one block
-// ahead, double-buffered, so the copy of block b + 1 overlaps the work on block b), then each thread
-// dequantizes whole 32-element groups from the staging buffer in registers (the WHT as 5 butterfly
+// Quantized KV tiles, the block source of the attention kernels (attention_kernels.cuh) as
+// attention_quant.cu instantiates them: blocks of 32 keys of one (sequence, KV head) brought into
+// shared memory as fp16 in the layout attend_block reads (rows of row_stride<D>() halves,
+// attention_warp.cuh). A quantized side (exl3-format.md §9) goes through two steps: its raw words
+// and scales are copied with cp.async into a staging buffer (one block ahead, double-buffered, so
+// the copy of block b + 1 overlaps the work on block b), then each thread dequantizes whole 32-element groups from the staging buffer in registers (the WHT as 5 butterfly
 // stages over 32 floats, the fp32 operations of kv_dequantize_group_ref in the same order, so the
 // fp16 values are bit-equal to the reference's) and stores them into the tile. An F16 side is
 // copied straight into its tile. Keys at or past the range's end are zeros.
