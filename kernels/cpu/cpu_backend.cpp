@@ -9,6 +9,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
 #include "kernels/fp16.h"
+#include "kernels/paged_kv_check.h"
 
 namespace exl3 {
 namespace {
@@ -24,41 +25,8 @@ void check_f32(const Tensor& t, const char* what) {
   EXL3_CHECK(t.dtype() == DType::kF32, what, " must be F32, got ", dtype_name(t.dtype()));
 }
 
-// One side of a cache: F32 pages [num_pages, page_size, kv_heads, head_dim] at 16 bits, or I32 words
-// [num_pages, page_size, row / 32 · bits] and F16 scales [num_pages, page_size, row / 32] at 2..8.
-// Returns the side's page count.
-int64_t check_cache_side(const Tensor& pages, const Tensor& words, const Tensor& scales, int bits, const PagedKv& c,
-                         const char* what) {
-  if (bits == 16) {
-    check_f32(pages, what);
-    EXL3_CHECK(pages.rank() == 4 && pages.dim(1) == c.page_size && pages.dim(2) == c.kv_heads &&
-                   pages.dim(3) == c.head_dim,
-               what, " pages ", shape_string(pages.shape()), " for page_size ", c.page_size, " kv_heads ", c.kv_heads,
-               " head_dim ", c.head_dim);
-    return pages.dim(0);
-  }
-  const int64_t row = c.kv_heads * c.head_dim;
-  EXL3_CHECK(bits >= 2 && bits <= 8 && row % 32 == 0, what, ": bits ", bits, " (2..8 or 16) with a row of ", row,
-             " (a multiple of 32 when quantized)");
-  check_host(words, what);
-  check_host(scales, what);
-  EXL3_CHECK(words.dtype() == DType::kI32 && words.rank() == 3 && words.dim(1) == c.page_size &&
-                 words.dim(2) == row / 32 * bits,
-             what, " words ", dtype_name(words.dtype()), shape_string(words.shape()), " for ", bits,
-             " bits of a row of ", row);
-  EXL3_CHECK(scales.dtype() == DType::kF16 && scales.rank() == 3 && scales.dim(0) == words.dim(0) &&
-                 scales.dim(1) == c.page_size && scales.dim(2) == row / 32,
-             what, " scales ", dtype_name(scales.dtype()), shape_string(scales.shape()));
-  return words.dim(0);
-}
-
-void check_cache(const PagedKv& c) {
-  EXL3_CHECK(c.kv_heads > 0 && c.head_dim > 0 && c.page_size > 0 && c.window >= 0, "cache: kv_heads ", c.kv_heads,
-             " head_dim ", c.head_dim, " page_size ", c.page_size, " window ", c.window);
-  const int64_t k = check_cache_side(c.k_pages, c.k_words, c.k_scales, c.k_bits, c, "cache keys");
-  const int64_t v = check_cache_side(c.v_pages, c.v_words, c.v_scales, c.v_bits, c, "cache values");
-  EXL3_CHECK_EQ(k, v, "cache: key and value page counts");
-}
+// F32 pages at 16 bits (paged_kv_check.h).
+void check_cache(const PagedKv& c) { check_paged_kv(c, Device::kCpu, DType::kF32); }
 
 CpuPagedBatch paged_batch(const StepMeta& m) {
   return CpuPagedBatch{static_cast<const int32_t*>(m.positions.raw()), static_cast<const int32_t*>(m.token_seq.raw()),

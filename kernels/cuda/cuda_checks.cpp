@@ -2,6 +2,7 @@
 #include "kernels/cuda/cuda_checks.h"
 
 #include "kernels/check.h"
+#include "kernels/paged_kv_check.h"
 
 namespace exl3 {
 
@@ -32,42 +33,7 @@ void check_meta(const StepMeta& meta) {
              shape_string(meta.page_table.shape()), " for ", meta.num_seqs, " sequences of ", meta.max_pages, " pages");
 }
 
-namespace {
-
-int64_t check_cache_side(const Tensor& pages, const Tensor& words, const Tensor& scales, int bits, const PagedKv& c,
-                         const char* what) {
-  if (bits == 16) {
-    check_dtype(pages, DType::kF16, what);
-    EXL3_CHECK(pages.rank() == 4 && pages.dim(1) == c.page_size && pages.dim(2) == c.kv_heads &&
-                   pages.dim(3) == c.head_dim,
-               what, " pages ", shape_string(pages.shape()), " for page_size ", c.page_size, " kv_heads ", c.kv_heads,
-               " head_dim ", c.head_dim);
-    return pages.dim(0);
-  }
-  const int64_t row = c.kv_heads * c.head_dim;
-  EXL3_CHECK(bits >= 2 && bits <= 8 && row % 32 == 0, what, ": bits ", bits, " (2..8 or 16) with a row of ", row,
-             " (a multiple of 32 when quantized)");
-  check_dtype(words, DType::kI32, what);
-  check_dtype(scales, DType::kF16, what);
-  EXL3_CHECK(words.rank() == 3 && words.dim(1) == c.page_size && words.dim(2) == row / 32 * bits, what, " words ",
-             shape_string(words.shape()), " for ", bits, " bits of a row of ", row);
-  EXL3_CHECK(scales.rank() == 3 && scales.dim(0) == words.dim(0) && scales.dim(1) == c.page_size &&
-                 scales.dim(2) == row / 32,
-             what, " scales ", shape_string(scales.shape()));
-  return words.dim(0);
-}
-
-}  // namespace
-
-int64_t check_cache(const PagedKv& cache) {
-  EXL3_CHECK(cache.kv_heads > 0 && cache.head_dim > 0 && cache.page_size > 0 && cache.window >= 0, "cache: kv_heads ",
-             cache.kv_heads, " head_dim ", cache.head_dim, " page_size ", cache.page_size, " window ", cache.window);
-  const int64_t k = check_cache_side(cache.k_pages, cache.k_words, cache.k_scales, cache.k_bits, cache, "cache keys");
-  const int64_t v =
-      check_cache_side(cache.v_pages, cache.v_words, cache.v_scales, cache.v_bits, cache, "cache values");
-  EXL3_CHECK(k == v, "cache: ", k, " key pages but ", v, " value pages");
-  return k;
-}
+int64_t check_cache(const PagedKv& cache) { return check_paged_kv(cache, Device::kCuda, DType::kF16); }
 
 PagedBatch paged_batch(const StepMeta& meta, int64_t page_size) {
   PagedBatch b;

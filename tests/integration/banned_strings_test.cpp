@@ -65,7 +65,7 @@ std::optional<std::string> pick_word(const std::string& text, size_t from) {
   return std::nullopt;
 }
 
-class BannedStrings : public ServerSuite {
+class BannedStrings : public ApiSuite {
  protected:
   static void SetUpTestSuite() {
     LaunchConfig config;
@@ -78,15 +78,8 @@ class BannedStrings : public ServerSuite {
     start_server(config);
   }
 
-  void SetUp() override {
-    ServerSuite::SetUp();
-    if (!HasFatalFailure()) stub_ = server().stub();
-  }
-
   grpc::Status unary(const v1::GenerateRequest& request, v1::GenerateResponse* response) {
-    grpc::ClientContext context;
-    set_timeout(context, seconds(120));
-    return stub_->GenerateUnary(&context, request, response);
+    return generate_unary(*stub_, request, response, seconds(120));
   }
 
   std::string detok(const std::vector<int32_t>& ids) {
@@ -130,8 +123,6 @@ class BannedStrings : public ServerSuite {
     EXPECT_EQ(s.free_kv_pages(), s.total_kv_pages()) << "pages leaked (free counts cached ones)";
     EXPECT_EQ(s.shared_kv_pages(), 0);
   }
-
-  std::unique_ptr<v1::Inference::Stub> stub_;
 };
 
 TEST_F(BannedStrings, GreedyOutputAvoidsABannedWordOfItsOwn) {

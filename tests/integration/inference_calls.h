@@ -135,6 +135,13 @@ inline grpc::Status stats(v1::Inference::Stub& stub, v1::StatsResponse* response
   return stub.Stats(&context, v1::StatsRequest(), response);
 }
 
+inline grpc::Status generate_unary(v1::Inference::Stub& stub, const v1::GenerateRequest& request,
+                                   v1::GenerateResponse* response, std::chrono::milliseconds timeout) {
+  grpc::ClientContext context;
+  set_timeout(context, timeout);
+  return stub.GenerateUnary(&context, request, response);
+}
+
 inline v1::GenerateRequest text_request(const std::string& prompt, int max_new_tokens) {
   v1::GenerateRequest r;
   r.set_prompt(prompt);

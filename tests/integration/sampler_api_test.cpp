@@ -17,7 +17,7 @@ namespace {
 
 using std::chrono::seconds;
 
-class SamplerApi : public ServerSuite {
+class SamplerApi : public ApiSuite {
  protected:
   static void SetUpTestSuite() {
     LaunchConfig config;
@@ -29,18 +29,9 @@ class SamplerApi : public ServerSuite {
     start_server(config);
   }
 
-  void SetUp() override {
-    ServerSuite::SetUp();
-    if (!HasFatalFailure()) stub_ = server().stub();
-  }
-
   grpc::Status unary(const v1::GenerateRequest& request, v1::GenerateResponse* response) {
-    grpc::ClientContext context;
-    set_timeout(context, seconds(60));
-    return stub_->GenerateUnary(&context, request, response);
+    return generate_unary(*stub_, request, response, seconds(60));
   }
-
-  std::unique_ptr<v1::Inference::Stub> stub_;
 };
 
 const std::string kRepetitivePrompt =

@@ -56,4 +56,15 @@ class ServerSuite : public ::testing::Test {
   static inline std::string start_error_;
 };
 
+// A ServerSuite whose tests call the public API through one stub each (stub_).
+class ApiSuite : public ServerSuite {
+ protected:
+  void SetUp() override {
+    ServerSuite::SetUp();
+    if (!HasFatalFailure()) stub_ = server().stub();
+  }
+
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
 }  // namespace exl3::testing

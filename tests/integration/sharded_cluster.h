@@ -1,12 +1,14 @@
 // Sharded logits through real worker processes, shared by the CPU (Gloo) and multi-GPU (NCCL)
-// tests: an in-test coordinator (the real Control service and WorkerGroup on loopback gRPC) plans
-// the shards with the real planner, spawns exl3-worker processes that load only their shard, and
-// asks for the logits of the fixture sequences. They must match ExLlamaV3's and the same backend in
-// one process; each rank's loaded weight bytes must equal its planned share.
+// tests and smollm2_tp_test: an in-test coordinator (the real Control service and WorkerGroup on
+// loopback gRPC) plans the shards with the real planner, spawns exl3-worker processes that load only
+// their shard, and asks for the logits of some prompts (cluster_logits, any model). For the fixture
+// sequences they must match ExLlamaV3's and the same backend in one process; each rank's loaded
+// weight bytes must equal its planned share.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -72,18 +74,30 @@ inline Tensor reference_logits(int64_t seq) {
   return out;
 }
 
-// Plans, spawns, loads and runs the fixture sequences through `c`; checks the loaded bytes against
-// the plan and the logits against ExLlamaV3 and the single-process model of the same backend.
-inline void run_sharded_logits_case(const ClusterCase& c, const ClusterBackend& backend) {
-  const bool cuda = backend.kind == BackendKind::kCuda;
-  const std::string model_dir = testing::source_path("models/exl3-4.0bpw");
+// How one cluster runs beyond its case: the model, the workers' backend and the collectives'
+// timeout, and how many prompts go in one step (0: all of them in one step).
+struct ClusterRun {
+  std::string model_dir;
+  BackendKind kind = BackendKind::kCpu;
+  int32_t collective_timeout_ms = 30000;
+  size_t prompts_per_step = 0;
+};
+
+// Plans the shards of `c` with the real planner, spawns exl3-worker processes on the real control
+// plane (loopback gRPC), loads their shards, checks each rank's loaded weight bytes against its
+// plan, and returns every position's logits of each prompt in `out`; checks that every rank
+// returning logits agrees exactly and that the workers exit 0 when shut down.
+inline void cluster_logits(const ClusterCase& c, const ClusterRun& run,
+                           const std::vector<std::vector<int32_t>>& prompts, std::vector<Tensor>* out) {
+  const bool cuda = run.kind == BackendKind::kCuda;
+  const std::string& model_dir = run.model_dir;
   const int world = static_cast<int>(c.caps_gib.size());
 
   auto config = load_model_config(model_dir);
   ASSERT_TRUE(config.ok()) << config.status();
   auto tensors = SafetensorsCollection::open_dir(model_dir);
   ASSERT_TRUE(tensors.ok()) << tensors.status();
-  auto footprint = build_model_footprint(*config, backend.kind, &*tensors);
+  auto footprint = build_model_footprint(*config, run.kind, &*tensors);
   ASSERT_TRUE(footprint.ok()) << footprint.status();
   PlannerOptions popts;
   popts.mode = c.mode;
@@ -133,7 +147,7 @@ inline void run_sharded_logits_case(const ClusterCase& c, const ClusterBackend& 
     l->set_page_size(static_cast<int32_t>(popts.page_size));
     l->set_comm_backend(cuda ? "nccl" : "gloo");
     l->set_store_prefix(std::string("test-") + c.name);
-    l->set_collective_timeout_ms(30000);
+    l->set_collective_timeout_ms(run.collective_timeout_ms);
     l->set_comm_host("127.0.0.1");
   }
   auto loaded = group->call(loads, std::chrono::seconds(120));
@@ -145,54 +159,58 @@ inline void run_sharded_logits_case(const ClusterCase& c, const ClusterBackend& 
                 static_cast<unsigned long long>(got), static_cast<unsigned long long>((*plans)[r].weight_bytes),
                 static_cast<unsigned long long>(whole));
     EXPECT_EQ(got, (*plans)[r].weight_bytes) << "rank " << r;
-    EXPECT_LT(got, whole) << "rank " << r << " holds the whole model";
+    if (world > 1) {
+      EXPECT_LT(got, whole) << "rank " << r << " holds the whole model";
+    }
     if (c.caps_gib[r] > 0.1) {
       EXPECT_GT(got, 0u) << "rank " << r << " holds nothing";
     }
   }
 
-  // All four fixture sequences in one step, logits of every position.
-  const auto seqs = fixture_sequences();
-  pb::Command step;
-  step.mutable_step()->set_step_id(1);
-  step.mutable_step()->set_decode_steps(1);
-  const int64_t pages_per_seq = (32 + popts.page_size - 1) / popts.page_size;
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    pb::SequenceStep* s = step.mutable_step()->add_sequences();
-    s->set_seq_id(100 + i);
-    s->mutable_tokens()->Add(seqs[i].begin(), seqs[i].end());
-    s->set_start_pos(0);
-    for (int64_t p = 0; p < pages_per_seq; ++p) s->add_page_table(static_cast<int32_t>(i * pages_per_seq + p));
-    s->set_sample(false);
-    s->set_prompt_len(static_cast<int32_t>(seqs[i].size()));
-    s->set_return_logits(true);
-  }
-  auto results = group->call_all(step, std::chrono::seconds(120));
-  ASSERT_TRUE(results.ok()) << results.status();
-
-  for (size_t i = 0; i < seqs.size(); ++i) {
-    // Logits come from the rank(s) computing the head; all of them must agree exactly.
-    std::optional<Tensor> ours;
-    for (int r = 0; r < world; ++r) {
-      for (const pb::SequenceLogits& l : (*results)[r].step().logits()) {
-        if (l.seq_id() != 100 + i) continue;
-        Tensor t = Tensor::zeros(DType::kF32, {static_cast<int64_t>(l.values_size()) / l.vocab(), l.vocab()});
-        std::copy(l.values().begin(), l.values().end(), t.mutable_data<float>());
-        if (ours) {
-          EXPECT_EQ(compare_logits(*ours, t).max_kl, 0.0) << "ranks disagree on sequence " << i;
-        } else {
-          ours = std::move(t);
+  // The prompts in steps of `prompts_per_step`, logits of every position; each sequence's pages
+  // follow the previous sequence's in its step.
+  out->clear();
+  const size_t per_step = run.prompts_per_step > 0 ? run.prompts_per_step : prompts.size();
+  for (size_t first = 0; first < prompts.size(); first += per_step) {
+    const size_t end = std::min(prompts.size(), first + per_step);
+    pb::Command step;
+    step.mutable_step()->set_step_id(static_cast<int64_t>(first / per_step) + 1);
+    step.mutable_step()->set_decode_steps(1);
+    int64_t next_page = 0;
+    for (size_t i = first; i < end; ++i) {
+      const auto& ids = prompts[i];
+      const int64_t pages = (static_cast<int64_t>(ids.size()) + popts.page_size - 1) / popts.page_size;
+      ASSERT_LE(next_page + pages, static_cast<int64_t>(popts.num_pages()));
+      pb::SequenceStep* s = step.mutable_step()->add_sequences();
+      s->set_seq_id(100 + i);
+      s->mutable_tokens()->Add(ids.begin(), ids.end());
+      s->set_start_pos(0);
+      for (int64_t p = 0; p < pages; ++p) s->add_page_table(static_cast<int32_t>(next_page++));
+      s->set_sample(false);
+      s->set_prompt_len(static_cast<int32_t>(ids.size()));
+      s->set_return_logits(true);
+    }
+    auto results = group->call_all(step, std::chrono::seconds(120));
+    ASSERT_TRUE(results.ok()) << results.status();
+    for (size_t i = first; i < end; ++i) {
+      // Logits come from the rank(s) computing the head; all of them must agree exactly.
+      std::optional<Tensor> logits;
+      for (int r = 0; r < world; ++r) {
+        for (const pb::SequenceLogits& l : (*results)[r].step().logits()) {
+          if (l.seq_id() != 100 + i) continue;
+          Tensor t = Tensor::zeros(DType::kF32, {static_cast<int64_t>(l.values_size()) / l.vocab(), l.vocab()});
+          std::copy(l.values().begin(), l.values().end(), t.mutable_data<float>());
+          if (logits) {
+            EXPECT_EQ(compare_logits(*logits, t).max_kl, 0.0) << "ranks disagree on sequence " << i;
+          } else {
+            logits = std::move(t);
+          }
         }
       }
+      ASSERT_TRUE(logits.has_value()) << "no rank returned logits for sequence " << i;
+      ASSERT_EQ(logits->dim(0), static_cast<int64_t>(prompts[i].size()));
+      out->push_back(std::move(*logits));
     }
-    ASSERT_TRUE(ours.has_value()) << "no rank returned logits for sequence " << i;
-    const LogitsComparison vs_ref = compare_logits(reference_logits(static_cast<int64_t>(i)), *ours);
-    const LogitsComparison vs_single = compare_logits(backend.single(seqs[i]), *ours);
-    std::printf("%s sequence %zu: vs ExLlamaV3 mean KL %.3g top-1 %.4f; vs single process mean KL %.3g max KL %.3g\n",
-                c.name, i, vs_ref.mean_kl, vs_ref.top1_agreement, vs_single.mean_kl, vs_single.max_kl);
-    EXPECT_LE(vs_ref.mean_kl, backend.max_kl_vs_reference);
-    EXPECT_GE(vs_ref.top1_agreement, 0.99);
-    EXPECT_LE(vs_single.mean_kl, backend.max_kl_vs_single);
   }
 
   // Workers told to shut down exit 0 on their own.
@@ -207,6 +225,26 @@ inline void run_sharded_logits_case(const ClusterCase& c, const ClusterBackend& 
   }
   EXPECT_EQ((*workers)->pending_count(), 0) << "workers still running 10 s after shutdown";
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+// Runs the fixture sequences (all in one step) through the fixture model sharded as `c`; checks
+// the loaded bytes against the plan and the logits against ExLlamaV3 and the single-process model
+// of the same backend.
+inline void run_sharded_logits_case(const ClusterCase& c, const ClusterBackend& backend) {
+  const auto seqs = fixture_sequences();
+  std::vector<Tensor> logits;
+  ASSERT_NO_FATAL_FAILURE(
+      cluster_logits(c, ClusterRun{testing::source_path("models/exl3-4.0bpw"), backend.kind}, seqs, &logits));
+  ASSERT_EQ(logits.size(), seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const LogitsComparison vs_ref = compare_logits(reference_logits(static_cast<int64_t>(i)), logits[i]);
+    const LogitsComparison vs_single = compare_logits(backend.single(seqs[i]), logits[i]);
+    std::printf("%s sequence %zu: vs ExLlamaV3 mean KL %.3g top-1 %.4f; vs single process mean KL %.3g max KL %.3g\n",
+                c.name, i, vs_ref.mean_kl, vs_ref.top1_agreement, vs_single.mean_kl, vs_single.max_kl);
+    EXPECT_LE(vs_ref.mean_kl, backend.max_kl_vs_reference);
+    EXPECT_GE(vs_ref.top1_agreement, 0.99);
+    EXPECT_LE(vs_single.mean_kl, backend.max_kl_vs_single);
+  }
 }
 
 }  // namespace exl3

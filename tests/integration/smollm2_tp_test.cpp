@@ -1,8 +1,8 @@
 // SmolLM2-135M-Instruct imported from its GGUF, through real CPU worker processes (acceptance 2 of
 // P8, "the same through 2 TP workers"):
 // - logits: the 4 reference prompts (65 tokens each, tests/data/gguf/smollm2_logits_ref.safetensors)
-//   through an in-test coordinator (the real Control service, WorkerGroup and planner, as
-//   sharded_cluster.h does for the fixture model) with 2 tensor-parallel workers and with 1 worker:
+//   through an in-test coordinator (the real Control service, WorkerGroup and planner:
+//   sharded_cluster.h's cluster_logits) with 2 tensor-parallel workers and with 1 worker:
 //   mean KL(1 worker || 2 workers) <= 1e-4 over every position, and both against transformers'
 //   top-128 reference with the bounds of smollm2_reference_test over all 260 positions (mean KL
 //   <= 1e-3, top-1 >= 99%);
@@ -89,121 +89,17 @@ TopKComparison compare_top_k(const Reference& ref, int64_t prompt, const Tensor&
   return out;
 }
 
-// Plans `world` tensor-parallel CPU ranks with the real planner, spawns exl3-worker processes on the
-// real control plane, loads their shards, and returns every position's logits of each prompt (one
-// step per prompt); checks that every rank returning logits agrees exactly and that the workers
-// exit 0 when shut down.
-void cluster_logits(const std::string& model_dir, int world, const std::vector<std::vector<int32_t>>& prompts,
+// Every position's logits of each prompt (one step per prompt: 65 x 49152 floats, 12.8 MB) from
+// `world` tensor-parallel CPU workers (sharded_cluster.h).
+void smollm2_logits(const std::string& model_dir, int world, const std::vector<std::vector<int32_t>>& prompts,
                     std::vector<Tensor>* out) {
   const std::string name = "smollm2-tp" + std::to_string(world);
-  auto config = load_model_config(model_dir);
-  ASSERT_TRUE(config.ok()) << config.status();
-  auto tensors = SafetensorsCollection::open_dir(model_dir);
-  ASSERT_TRUE(tensors.ok()) << tensors.status();
-  auto footprint = build_model_footprint(*config, BackendKind::kCpu, &*tensors);
-  ASSERT_TRUE(footprint.ok()) << footprint.status();
-  PlannerOptions popts;
-  popts.mode = PlanMode::kTensorParallel;
-  popts.caps.assign(world, gib_to_bytes(4.0));
-  popts.max_seq_len = 256;
-  popts.max_batch = 4;
-  popts.page_size = 64;
-  auto plans = plan_shards(*footprint, popts);
-  ASSERT_TRUE(plans.ok()) << plans.status();
-
-  ControlService control;
-  auto group = std::make_shared<WorkerGroup>(world, "test-" + name);
-  control.set_group(group);
-  int port = 0;
-  grpc::ServerBuilder builder;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
-  builder.RegisterService(&control);
-  builder.SetMaxReceiveMessageSize(64 << 20);  // one prompt's logits: 65 x 49152 floats, 12.8 MB
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  ASSERT_NE(port, 0);
-
-  std::vector<ProcessSpec> specs;
-  for (int r = 0; r < world; ++r) {
-    ProcessSpec s;
-    s.argv = {std::string(EXL3_BIN_DIR) + "/exl3-worker", "--coordinator", "127.0.0.1:" + std::to_string(port),
-              "--rank", std::to_string(r), "--world", std::to_string(world), "--connect-timeout", "30",
-              "--backend", "cpu"};
-    s.env = {{"OPENBLAS_NUM_THREADS", "1"}};
-    specs.push_back(std::move(s));
-  }
-  auto workers = ProcessGroup::spawn(std::move(specs));
-  ASSERT_TRUE(workers.ok()) << workers.status();
-  ASSERT_TRUE(group->wait_ready(std::chrono::seconds(60)).ok()) << group->failure();
-
-  std::vector<pb::Command> loads(world);
-  for (int r = 0; r < world; ++r) {
-    pb::LoadShard* l = loads[r].mutable_load();
-    l->set_model_dir(model_dir);
-    *l->mutable_plan() = plan_to_proto((*plans)[r]);
-    l->set_num_pages(static_cast<int32_t>(popts.num_pages()));
-    l->set_page_size(static_cast<int32_t>(popts.page_size));
-    l->set_comm_backend("gloo");
-    l->set_store_prefix("test-" + name);
-    l->set_collective_timeout_ms(60000);
-    l->set_comm_host("127.0.0.1");
-  }
-  auto loaded = group->call(loads, std::chrono::seconds(120));
-  ASSERT_TRUE(loaded.ok()) << loaded.status();
-  for (int r = 0; r < world; ++r) {
-    const uint64_t got = static_cast<uint64_t>((*loaded)[r].load().weight_bytes());
-    std::printf("%s rank %d: loaded %llu bytes of weights, planned %llu (whole model %llu)\n", name.c_str(), r,
-                static_cast<unsigned long long>(got), static_cast<unsigned long long>((*plans)[r].weight_bytes),
-                static_cast<unsigned long long>(footprint->total_weight_bytes()));
-    EXPECT_EQ(got, (*plans)[r].weight_bytes) << "rank " << r;
-  }
-
-  out->clear();
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    const auto& ids = prompts[i];
-    const int64_t pages = (static_cast<int64_t>(ids.size()) + popts.page_size - 1) / popts.page_size;
-    ASSERT_LE(pages, static_cast<int64_t>(popts.num_pages()));
-    pb::Command step;
-    step.mutable_step()->set_step_id(static_cast<int64_t>(i) + 1);
-    step.mutable_step()->set_decode_steps(1);
-    pb::SequenceStep* s = step.mutable_step()->add_sequences();
-    s->set_seq_id(100 + i);
-    s->mutable_tokens()->Add(ids.begin(), ids.end());
-    s->set_start_pos(0);
-    for (int64_t p = 0; p < pages; ++p) s->add_page_table(static_cast<int32_t>(p));
-    s->set_sample(false);
-    s->set_prompt_len(static_cast<int32_t>(ids.size()));
-    s->set_return_logits(true);
-    auto results = group->call_all(step, std::chrono::seconds(120));
-    ASSERT_TRUE(results.ok()) << results.status();
-    std::optional<Tensor> logits;
-    for (int r = 0; r < world; ++r) {
-      for (const pb::SequenceLogits& l : (*results)[r].step().logits()) {
-        if (l.seq_id() != 100 + i) continue;
-        Tensor t = Tensor::zeros(DType::kF32, {static_cast<int64_t>(l.values_size()) / l.vocab(), l.vocab()});
-        std::copy(l.values().begin(), l.values().end(), t.mutable_data<float>());
-        if (logits) {
-          EXPECT_EQ(compare_logits(*logits, t).max_kl, 0.0) << "ranks disagree on prompt " << i;
-        } else {
-          logits = std::move(t);
-        }
-      }
-    }
-    ASSERT_TRUE(logits.has_value()) << "no rank returned logits for prompt " << i;
-    ASSERT_EQ(logits->dim(0), static_cast<int64_t>(ids.size()));
-    out->push_back(std::move(*logits));
-  }
-
-  group->shutdown("test done", std::chrono::seconds(5));
-  const auto deadline = ProcessClock::now() + std::chrono::seconds(10);
-  while ((*workers)->pending_count() > 0 && ProcessClock::now() < deadline) {
-    auto exit = (*workers)->wait_any(deadline);
-    ASSERT_TRUE(exit.ok()) << exit.status();
-    if (exit->has_value()) {
-      EXPECT_TRUE((*exit)->success()) << (*exit)->describe();
-    }
-  }
-  EXPECT_EQ((*workers)->pending_count(), 0) << "workers still running 10 s after shutdown";
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  const ClusterCase c{name.c_str(), PlanMode::kTensorParallel, std::vector<double>(world, 4.0)};
+  ClusterRun run;
+  run.model_dir = model_dir;
+  run.collective_timeout_ms = 60000;
+  run.prompts_per_step = 1;
+  cluster_logits(c, run, prompts, out);
 }
 
 TEST(SmolLM2TensorParallel, TwoWorkersMatchOneWorkerAndTransformers) {
@@ -211,9 +107,9 @@ TEST(SmolLM2TensorParallel, TwoWorkersMatchOneWorkerAndTransformers) {
   const Reference ref = load_reference();
   std::vector<Tensor> one, two;
   const auto started = std::chrono::steady_clock::now();
-  ASSERT_NO_FATAL_FAILURE(cluster_logits(smollm2_dir(), 1, ref.prompts, &one));
+  ASSERT_NO_FATAL_FAILURE(smollm2_logits(smollm2_dir(), 1, ref.prompts, &one));
   const auto mid = std::chrono::steady_clock::now();
-  ASSERT_NO_FATAL_FAILURE(cluster_logits(smollm2_dir(), 2, ref.prompts, &two));
+  ASSERT_NO_FATAL_FAILURE(smollm2_logits(smollm2_dir(), 2, ref.prompts, &two));
   const auto done = std::chrono::steady_clock::now();
   std::printf("1 worker %.2f s, 2 TP workers %.2f s (spawn, load, 4 prompts)\n",
               std::chrono::duration<double>(mid - started).count(), std::chrono::duration<double>(done - mid).count());

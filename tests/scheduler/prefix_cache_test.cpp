@@ -5,41 +5,34 @@
 // with cancellations, stop strings, EOS and preemption pressure, checking the invariants after every
 // call and every page free or cached at the end.
 //
-// The fake worker keeps a real paged "KV cache": the slot of position p holds a fingerprint of the
-// sequence's tokens [0, p], computed like attention would from the slot of p - 1 it reads through
-// the page table. It applies page copies before a step, checks that every position before
-// start_pos holds exactly the fingerprint of the sequence's own tokens (so a shared page, a copy or
-// an eviction that went wrong is caught), that its token history (penalties) is the sequence's
-// true prefix (history_prefix), and that no page written in a step appears in another sequence's
-// page table of that step.
+// The fake worker keeps a real paged "KV cache" (fake_worker.h): every position before start_pos
+// must hold exactly the fingerprint of the sequence's own tokens (so a shared page, a copy or an
+// eviction that went wrong is caught), its token history (penalties) must be the sequence's true
+// prefix (history_prefix), and no page written in a step may appear in another sequence's page
+// table of that step.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <iterator>
 #include <map>
 #include <optional>
-#include <random>
 #include <set>
 #include <vector>
 
 #include "coordinator/scheduler/scheduler.h"
 #include "gtest/gtest.h"
+#include "scheduler/fake_worker.h"
+#include "scheduler/random_traffic.h"
+#include "scheduler/step_harness.h"
 
 namespace exl3 {
 namespace {
 
+using testing::find_seq;
+using testing::ids_from;
+using testing::mix;
+
 constexpr int32_t kVocab = 1000;
 constexpr int32_t kEos = 2;
-
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// KV "value" at a position: a function of the previous position's value and this token.
-uint64_t kv_value(uint64_t previous, int32_t token) { return mix(previous ^ mix(static_cast<uint64_t>(token) + 1)); }
 
 // The token sampled at `position` for `seed` (a pure function, like the counter-based RNG); EOS
 // about once in `eos_every` draws (0 = never).
@@ -57,164 +50,53 @@ struct Truth {
     return position < prompt_len ? request.prompt_ids[position]
                                  : sampled_token(request.sampling.seed, position, eos_every);
   }
-  uint64_t kv_at(int32_t position) const {
-    uint64_t v = 0;
-    for (int32_t p = 0; p <= position; ++p) v = kv_value(v, token_at(p));
-    return v;
-  }
 };
 
-class FakeWorker {
+// The fake paged-KV worker (fake_worker.h) checking every history and token against the truth.
+class FakeWorker : public testing::PagedKvWorker {
  public:
-  FakeWorker(const SchedulerConfig& c, const std::map<SeqId, Truth>& truth)
-      : page_size_(c.page_size), slots_(static_cast<size_t>(c.num_pages) * c.page_size, 0), truth_(truth) {}
-
-  StepOutcome run(const StepPlan& plan) {
-    for (const SeqId id : plan.released) history_.erase(id);
-    for (const PageCopy& copy : plan.page_copies) {
-      EXPECT_NE(copy.src, copy.dst);
-      std::copy_n(slots_.begin() + static_cast<size_t>(copy.src) * page_size_, page_size_,
-                  slots_.begin() + static_cast<size_t>(copy.dst) * page_size_);
-    }
-    // Pages each sequence writes in this step: none may be in another sequence's table.
-    std::map<int32_t, SeqId> written;
-    for (const SequencePlan& seq : plan.sequences) {
-      const int32_t last = seq.start_pos + static_cast<int32_t>(seq.tokens.size()) + (seq.sample ? plan.decode_steps - 1 : 0);
-      for (int32_t p = seq.start_pos; p < last; ++p) written[seq.page_table.at(p / page_size_)] = seq.seq_id;
-    }
-    for (const SequencePlan& seq : plan.sequences) {
-      for (const int32_t page : seq.page_table) {
-        auto it = written.find(page);
-        EXPECT_TRUE(it == written.end() || it->second == seq.seq_id)
-            << "page " << page << " of sequence " << seq.seq_id << " is written by sequence " << it->second;
-      }
-    }
-    StepOutcome outcome;
-    outcome.step_id = plan.step_id;
-    for (const SequencePlan& seq : plan.sequences) run_sequence(plan, seq, outcome);
-    return outcome;
-  }
+  FakeWorker(const SchedulerConfig& c, const std::map<SeqId, Truth>& truth) : PagedKvWorker(c), truth_(truth) {}
 
  private:
-  void run_sequence(const StepPlan& plan, const SequencePlan& seq, StepOutcome& outcome) {
+  void check_sequence(const SequencePlan& seq, const std::vector<int32_t>& history) override {
     const Truth& truth = truth_.at(seq.seq_id);
     EXPECT_EQ(seq.prompt_len, static_cast<int32_t>(truth.request.prompt_ids.size()));
-    auto h = history_.find(seq.seq_id);
-    if (h == history_.end()) {
-      EXPECT_EQ(static_cast<int32_t>(seq.history_prefix.size()), seq.start_pos)
-          << "sequence " << seq.seq_id << " starts at " << seq.start_pos << " without its history";
-      h = history_.emplace(seq.seq_id, seq.history_prefix).first;
-    } else {
-      // Like the engine: the history ends with the last sampled token, which this chunk feeds.
-      EXPECT_TRUE(seq.history_prefix.empty()) << "sequence " << seq.seq_id << ": history prefix on a later chunk";
-      EXPECT_GE(static_cast<int32_t>(h->second.size()), seq.start_pos) << "sequence " << seq.seq_id;
-      h->second.resize(seq.start_pos);
-    }
-    std::vector<int32_t>& history = h->second;
     for (int32_t p = 0; p < static_cast<int32_t>(history.size()); ++p) {
       EXPECT_EQ(history[p], truth.token_at(p)) << "history of sequence " << seq.seq_id << " at " << p;
     }
-    // Everything before start_pos must hold this sequence's own KV.
-    for (int32_t p = 0; p < seq.start_pos; ++p) {
-      ASSERT_EQ(slots_[slot(seq, p)], truth.kv_at(p))
-          << "KV of sequence " << seq.seq_id << " at position " << p << " (page " << seq.page_table[p / page_size_]
-          << ") is not its own";
-    }
-    int32_t position = seq.start_pos;
-    auto feed = [&](int32_t token) {
-      EXPECT_EQ(token, truth.token_at(position)) << "sequence " << seq.seq_id << " at " << position;
-      const uint64_t previous = position == 0 ? 0 : slots_[slot(seq, position - 1)];
-      slots_[slot(seq, position)] = kv_value(previous, token);
-      history.push_back(token);
-      ++position;
-    };
-    for (const int32_t token : seq.tokens) feed(token);
-    if (!seq.sample) return;
-    SequenceResult result{seq.seq_id, {}};
-    for (int32_t i = 0; i < plan.decode_steps; ++i) {
-      const int32_t token = sampled_token(truth.request.sampling.seed, position, truth.eos_every);
-      result.token_ids.push_back(token);
-      if (i + 1 < plan.decode_steps) {
-        feed(token);
-      } else {
-        history.push_back(token);
-      }
-    }
-    outcome.sequences.push_back(std::move(result));
   }
 
-  size_t slot(const SequencePlan& seq, int32_t position) const {
-    const size_t logical = static_cast<size_t>(position / page_size_);
-    EXPECT_LT(logical, seq.page_table.size()) << "sequence " << seq.seq_id << " position " << position;
-    if (logical >= seq.page_table.size()) return 0;
-    return static_cast<size_t>(seq.page_table[logical]) * page_size_ + position % page_size_;
+  void check_token(const SequencePlan& seq, int32_t position, int32_t token) override {
+    EXPECT_EQ(token, truth_.at(seq.seq_id).token_at(position)) << "sequence " << seq.seq_id << " at " << position;
   }
 
-  int32_t page_size_;
-  std::vector<uint64_t> slots_;
+  int32_t sample(const SequencePlan& seq, int32_t position, int32_t) override {
+    const Truth& truth = truth_.at(seq.seq_id);
+    return sampled_token(truth.request.sampling.seed, position, truth.eos_every);
+  }
+
   const std::map<SeqId, Truth>& truth_;
-  std::map<SeqId, std::vector<int32_t>> history_;  // the worker's token history per live sequence
 };
 
 SchedulerConfig small_config(int32_t num_pages, int32_t page_size, int32_t max_batch = 8) {
-  SchedulerConfig c;
-  c.num_pages = num_pages;
-  c.page_size = page_size;
+  SchedulerConfig c = testing::hand_config(num_pages, page_size);
   c.max_batch = max_batch;
-  c.max_step_tokens = 64;
-  c.prefill_chunk = 64;
-  c.max_queue = 64;
-  c.decode_steps = 1;
-  c.prefix_cache = true;
   return c;
 }
 
 // A scheduler, the fake worker and the truth of every request; steps run end to end with the
 // invariants checked on both sides.
-class Harness {
+class Harness : public testing::StepHarness {
  public:
-  explicit Harness(SchedulerConfig c) : config_(c), scheduler_(c), worker_(c, truth_) {}
+  explicit Harness(SchedulerConfig c) : StepHarness(c), worker_(c, truth_) {}
 
   SeqId submit(const std::vector<int32_t>& prompt, int32_t max_new_tokens, uint64_t seed = 1) {
-    GenerateParams params;
-    params.prompt = prompt;
-    params.stopping.max_new_tokens = max_new_tokens;
-    params.stopping.ignore_eos = true;
-    params.sampling.seed = seed;
-    auto request = validate_request(params, ModelLimits{kVocab, 4096, {kEos}}, prompt, 0);
-    EXPECT_TRUE(request.ok()) << request.status();
-    auto id = scheduler_.submit(*request);
-    EXPECT_TRUE(id.ok()) << id.status();
-    truth_.emplace(*id, Truth{*request, 0});
-    return *id;
+    ValidatedRequest request;
+    const SeqId id = submit_request(prompt, max_new_tokens, seed, ModelLimits{kVocab, 4096, {kEos}}, {}, &request);
+    truth_.emplace(id, Truth{request, 0});
+    return id;
   }
 
-  // One step; nullopt when nothing ran.
-  std::optional<StepPlan> step() {
-    std::optional<StepPlan> plan = scheduler_.next_step();
-    EXPECT_TRUE(scheduler_.check_invariants().ok()) << scheduler_.check_invariants();
-    if (!plan.has_value()) return std::nullopt;
-    const StepOutcome outcome = worker_.run(*plan);
-    auto updates = scheduler_.complete_step(outcome);
-    EXPECT_TRUE(updates.ok()) << updates.status();
-    EXPECT_TRUE(scheduler_.check_invariants().ok()) << scheduler_.check_invariants();
-    if (updates.ok()) {
-      for (const SequenceUpdate& u : *updates) {
-        auto& out = outputs_[u.seq_id];
-        out.insert(out.end(), u.new_tokens.begin(), u.new_tokens.end());
-      }
-    }
-    return plan;
-  }
-
-  void run_to_end(int max_steps = 1000) {
-    for (int i = 0; i < max_steps && !scheduler_.idle(); ++i) {
-      if (!step().has_value()) break;
-    }
-    EXPECT_TRUE(scheduler_.idle());
-  }
-
-  Scheduler& scheduler() { return scheduler_; }
   const std::vector<int32_t>& output(SeqId id) { return outputs_[id]; }
   // The expected output of a request run alone.
   std::vector<int32_t> expected(SeqId id) const {
@@ -226,29 +108,21 @@ class Harness {
   }
 
  private:
-  SchedulerConfig config_;
+  testing::PagedKvWorker& worker() override { return worker_; }
+
+  void on_update(const SequenceUpdate& u) override {
+    auto& out = outputs_[u.seq_id];
+    out.insert(out.end(), u.new_tokens.begin(), u.new_tokens.end());
+  }
+
   std::map<SeqId, Truth> truth_;
-  Scheduler scheduler_;
   FakeWorker worker_;
   std::map<SeqId, std::vector<int32_t>> outputs_;
 };
 
-std::vector<int32_t> ids_from(int32_t first, int32_t count) {
-  std::vector<int32_t> ids;
-  for (int32_t i = 0; i < count; ++i) ids.push_back(first + i);
-  return ids;
-}
-
 std::vector<int32_t> concat(std::vector<int32_t> a, const std::vector<int32_t>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
-}
-
-const SequencePlan* find_seq(const StepPlan& plan, SeqId id) {
-  for (const SequencePlan& seq : plan.sequences) {
-    if (seq.seq_id == id) return &seq;
-  }
-  return nullptr;
 }
 
 // The page table A ended with: its pages stay cached, so the next request's plan shows them.
@@ -487,30 +361,11 @@ TEST(PrefixCache, DisabledKeepsNothing) {
 
 // ---- Randomized mixed traffic ------------------------------------------------------------------
 
-class MixedTraffic {
+class MixedTraffic : public testing::RandomTraffic {
  public:
-  MixedTraffic(SchedulerConfig c, uint64_t seed) : config_(c), scheduler_(c), worker_(c, truth_), rng_(seed) {
-    for (const int32_t len : {7, 18, 33}) {
-      std::vector<int32_t> p(len);
-      for (int32_t& t : p) t = uniform(3, kVocab - 1);
-      prefixes_.push_back(p);
-    }
-  }
+  MixedTraffic(SchedulerConfig c, uint64_t seed)
+      : RandomTraffic(c, seed, kVocab, /*context=*/90, kEos, /*guard_limit=*/100000), worker_(c, truth_) {}
 
-  void run(int32_t requests) {
-    int guard = 0;
-    while (submitted_ < requests && ++guard < 100000) {
-      maybe_submit();
-      maybe_end(0.02);
-      if (!step()) return;
-    }
-    for (int i = 0; i < 100000 && !scheduler_.idle(); ++i) {
-      if (!step()) return;
-    }
-  }
-
-  const Scheduler& scheduler() const { return scheduler_; }
-  int32_t submitted() const { return submitted_; }
   int64_t finished() const { return finished_; }
   int64_t ended_by_caller() const { return ended_by_caller_; }
   size_t live() const { return outputs_.size(); }
@@ -518,76 +373,21 @@ class MixedTraffic {
   int32_t most_shared() const { return most_shared_; }
 
  private:
-  int32_t uniform(int32_t lo, int32_t hi) { return std::uniform_int_distribution<int32_t>(lo, hi)(rng_); }
-  double coin() { return std::uniform_real_distribution<double>(0.0, 1.0)(rng_); }
+  testing::PagedKvWorker& worker() override { return worker_; }
 
-  bool step() {
-    std::optional<StepPlan> plan = scheduler_.next_step();
-    if (!check()) return false;
-    if (!plan.has_value()) return true;
-    copies_ += static_cast<int64_t>(plan->page_copies.size());
-    const StepOutcome outcome = worker_.run(*plan);
-    if (testing::Test::HasFatalFailure()) return false;
-    maybe_end(0.03);  // cancellations and stop strings while the step runs
-    auto updates = scheduler_.complete_step(outcome);
-    EXPECT_TRUE(updates.ok()) << updates.status();
-    if (!updates.ok() || !check()) return false;
-    most_shared_ = std::max(most_shared_, scheduler_.stats().shared_pages);
-    for (const SequenceUpdate& u : *updates) apply(u);
-    return !testing::Test::HasFailure();
+  void before_step(const StepPlan& plan) override { copies_ += static_cast<int64_t>(plan.page_copies.size()); }
+  void after_step() override { most_shared_ = std::max(most_shared_, scheduler_.stats().shared_pages); }
+
+  void on_submitted(SeqId id, const ValidatedRequest& request, const testing::RandomRequest&) override {
+    truth_.emplace(id, Truth{request, 30});
+    outputs_[id] = {};
   }
 
-  bool check() {
-    const absl::Status s = scheduler_.check_invariants();
-    EXPECT_TRUE(s.ok()) << s;
-    return s.ok();
+  void maybe_end(double probability) override {
+    if (end_at_random(outputs_, probability)) ++ended_by_caller_;
   }
 
-  void maybe_submit() {
-    if (coin() > 0.6) return;
-    std::vector<int32_t> prompt;
-    const double kind = coin();
-    if (kind < 0.85) {
-      // A shared prefix, sometimes cut short, then a random suffix.
-      const std::vector<int32_t>& p = prefixes_[uniform(0, static_cast<int32_t>(prefixes_.size()) - 1)];
-      const int32_t keep = coin() < 0.7 ? static_cast<int32_t>(p.size()) : uniform(1, static_cast<int32_t>(p.size()));
-      prompt.assign(p.begin(), p.begin() + keep);
-      const int32_t suffix = uniform(0, 12);
-      for (int32_t i = 0; i < suffix; ++i) prompt.push_back(uniform(3, kVocab - 1));
-    } else {
-      const int32_t len = uniform(1, 40);
-      for (int32_t i = 0; i < len; ++i) prompt.push_back(uniform(3, kVocab - 1));
-    }
-    GenerateParams params;
-    params.prompt = prompt;
-    const int32_t context = 90;
-    params.stopping.max_new_tokens = uniform(1, std::min(40, context - static_cast<int32_t>(prompt.size())));
-    if (coin() < 0.3) params.stopping.ignore_eos = true;
-    params.sampling.seed = coin() < 0.3 ? 12345 : rng_();  // the same seed: identical continuations
-    auto request = validate_request(params, ModelLimits{kVocab, context, {kEos}}, prompt, 0);
-    ASSERT_TRUE(request.ok()) << request.status();
-    auto id = scheduler_.submit(*request);
-    if (!id.ok()) {
-      ASSERT_EQ(id.status().code(), absl::StatusCode::kResourceExhausted) << id.status();
-      return;
-    }
-    ++submitted_;
-    truth_.emplace(*id, Truth{*request, 30});
-    outputs_[*id] = {};
-  }
-
-  void maybe_end(double probability) {
-    if (outputs_.empty() || coin() > probability) return;
-    auto it = outputs_.begin();
-    std::advance(it, uniform(0, static_cast<int32_t>(outputs_.size()) - 1));
-    const SeqId id = it->first;
-    const absl::Status status = coin() < 0.5 ? scheduler_.cancel(id) : scheduler_.finish(id, FinishReason::kStopString);
-    ASSERT_TRUE(status.ok()) << status;
-    outputs_.erase(it);
-    ++ended_by_caller_;
-  }
-
-  void apply(const SequenceUpdate& u) {
+  void apply(const SequenceUpdate& u) override {
     auto it = outputs_.find(u.seq_id);
     ASSERT_NE(it, outputs_.end()) << "update for ended sequence " << u.seq_id;
     it->second.insert(it->second.end(), u.new_tokens.begin(), u.new_tokens.end());
@@ -602,14 +402,9 @@ class MixedTraffic {
     }
   }
 
-  SchedulerConfig config_;
   std::map<SeqId, Truth> truth_;
-  Scheduler scheduler_;
   FakeWorker worker_;
-  std::mt19937_64 rng_;
-  std::vector<std::vector<int32_t>> prefixes_;
   std::map<SeqId, std::vector<int32_t>> outputs_;
-  int32_t submitted_ = 0;
   int64_t finished_ = 0;
   int64_t ended_by_caller_ = 0;
   int64_t copies_ = 0;
@@ -617,26 +412,13 @@ class MixedTraffic {
 };
 
 void run_mixed(int32_t decode_steps, uint64_t seed) {
-  SchedulerConfig c;
-  // 120 positions: a 90-token context fits alone, a few running sequences fill the cache.
-  c.num_pages = 30;
-  c.page_size = 4;
-  c.max_batch = 6;
-  c.max_step_tokens = 40;
-  c.prefill_chunk = 16;
-  c.max_queue = 10;
-  c.decode_steps = decode_steps;
-  c.prefix_cache = true;
-  MixedTraffic sim(c, seed);
+  MixedTraffic sim(testing::random_traffic_config(decode_steps, true), seed);
   sim.run(1000);
-  ASSERT_FALSE(testing::Test::HasFailure());
+  ASSERT_FALSE(::testing::Test::HasFailure());
   const SchedulerStats s = sim.scheduler().stats();
   EXPECT_EQ(sim.submitted(), 1000);
-  EXPECT_TRUE(sim.scheduler().idle());
   EXPECT_EQ(sim.live(), 0u);
-  EXPECT_EQ(s.free_pages + s.cached_pages, c.num_pages) << "pages leaked";
-  EXPECT_EQ(s.shared_pages, 0);
-  EXPECT_EQ(s.completed + s.cancelled, s.submitted);
+  testing::expect_drained(sim.scheduler());
   EXPECT_GT(s.preemptions, 0);
   EXPECT_GT(sim.ended_by_caller(), 10);
   EXPECT_GT(sim.copies(), 50);

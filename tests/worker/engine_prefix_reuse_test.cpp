@@ -6,45 +6,30 @@
 // history must be complete. Malformed copies and history prefixes are refused.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 
-#include "common/test_paths.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "worker/engine.h"
+#include "worker/engine_testing.h"
 
 namespace exl3 {
 namespace {
 
-std::vector<int32_t> fixture_prompt() {
-  std::ifstream in(testing::test_data("reference/token_ids.json"));
-  const nlohmann::json j = nlohmann::json::parse(in);
-  return j["input_ids"][0].get<std::vector<int32_t>>();
-}
+std::vector<int32_t> fixture_prompt() { return testing::fixture_prompts()[0]; }
 
 std::unique_ptr<Engine> make_engine(KvCacheBits bits) {
-  auto model = LlamaModel::load(testing::source_path("models/exl3-4.0bpw"));
-  EXL3_CHECK_OK(model.status());
   EngineOptions options;
   options.num_pages = 12;
   options.page_size = 16;
   options.cache_bits = bits;
-  auto engine = Engine::create(*std::move(model), options, nullptr);
-  EXL3_CHECK_OK(engine.status());
-  return *std::move(engine);
+  return testing::make_engine(options);
 }
 
+// A greedy sequence with a repetition penalty (so the history must be complete) returning its
+// logits when it samples.
 StepSequence seq(uint64_t id, std::vector<int32_t> tokens, int32_t start, std::vector<int32_t> pages, bool sample,
                  int32_t prompt_len) {
-  StepSequence s;
-  s.seq_id = id;
-  s.tokens = std::move(tokens);
-  s.start_pos = start;
-  s.page_table = std::move(pages);
-  s.sample = sample;
-  s.sampling.temperature = 0.0f;
+  StepSequence s = testing::step_sequence(id, std::move(tokens), start, std::move(pages), sample, prompt_len);
   s.sampling.repetition_penalty = 1.3f;
-  s.prompt_len = prompt_len;
   s.return_logits = sample;
   return s;
 }

@@ -5,14 +5,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 
-#include "common/test_paths.h"
 #include "gtest/gtest.h"
-#include "nlohmann/json.hpp"
 #include "worker/draft_model.h"
 #include "worker/engine.h"
+#include "worker/engine_testing.h"
 #include "worker/model/config.h"
 #include "worker/model/model_shard.h"
 #include "worker/model/sequence_forward.h"
@@ -20,21 +18,17 @@
 namespace exl3 {
 namespace {
 
-std::vector<std::vector<int32_t>> fixture_prompts() {
-  std::ifstream in(testing::test_data("reference/token_ids.json"));
-  const nlohmann::json j = nlohmann::json::parse(in);
-  return j["input_ids"].get<std::vector<std::vector<int32_t>>>();
-}
+using testing::fixture_prompts;
+using testing::step_sequence;
 
-std::string target_dir() { return testing::source_path("models/exl3-4.0bpw"); }
 std::string draft_dir() { return testing::shared_path("fixtures/exl3-2.5bpw"); }
 
 // An engine on its own CPU backend, drafting with the 2.5 bpw model when `draft` is set.
 std::unique_ptr<Engine> make_engine(EngineOptions options, bool draft) {
   std::shared_ptr<Backend> backend(make_cpu_backend());
-  auto config = load_model_config(target_dir());
+  auto config = load_model_config(testing::fixture_model_dir());
   EXL3_CHECK_OK(config.status());
-  auto model = LlamaModel::load_shard(target_dir(), ModelShard::full(*config), backend);
+  auto model = LlamaModel::load_shard(testing::fixture_model_dir(), ModelShard::full(*config), backend);
   EXL3_CHECK_OK(model.status());
   std::unique_ptr<DraftModel> drafter;
   if (draft) {
@@ -48,22 +42,7 @@ std::unique_ptr<Engine> make_engine(EngineOptions options, bool draft) {
     drafter = *std::move(d);
     options.draft_rank = 0;
   }
-  auto engine = Engine::create(*std::move(model), options, nullptr, std::move(drafter));
-  EXL3_CHECK_OK(engine.status());
-  return *std::move(engine);
-}
-
-StepSequence sequence(uint64_t id, std::vector<int32_t> tokens, int32_t start, std::vector<int32_t> pages, bool sample,
-                      int32_t prompt_len) {
-  StepSequence s;
-  s.seq_id = id;
-  s.tokens = std::move(tokens);
-  s.start_pos = start;
-  s.page_table = std::move(pages);
-  s.sample = sample;
-  s.sampling.temperature = 0.0f;
-  s.prompt_len = prompt_len;
-  return s;
+  return testing::make_engine(options, *std::move(model), std::move(drafter));
 }
 
 struct Decoded {
@@ -77,12 +56,13 @@ Decoded greedy(Engine& engine, const std::vector<int32_t>& prompt, int length, i
   const std::vector<int32_t> pages = {5, 2, 11, 7, 0, 9, 3, 14};  // 128 positions
   const int32_t len = static_cast<int32_t>(prompt.size());
   Decoded d;
-  auto first = engine.run_step(StepInput{{sequence(1, prompt, 0, pages, true, len)}, 1});
+  auto first = engine.run_step(StepInput{{step_sequence(1, prompt, 0, pages, true, len)}, 1});
   EXL3_CHECK_OK(first.status());
   d.tokens = first->tokens[0].second;
   while (static_cast<int>(d.tokens.size()) < length) {
-    StepInput step{{sequence(1, {d.tokens.back()}, len + static_cast<int32_t>(d.tokens.size()) - 1, pages, true, len)},
-                   decode_steps};
+    StepInput step{
+        {step_sequence(1, {d.tokens.back()}, len + static_cast<int32_t>(d.tokens.size()) - 1, pages, true, len)},
+        decode_steps};
     step.speculative = speculative;
     auto out = engine.run_step(step);
     EXL3_CHECK_OK(out.status());
@@ -123,13 +103,13 @@ TEST(SpeculativeEngine, GreedyOutputEqualsPlainDecoding) {
 TEST(SpeculativeEngine, DraftingWithTheTargetItselfAcceptsEverything) {
   // The target drafting for itself proposes exactly what greedy verification keeps.
   std::shared_ptr<Backend> backend(make_cpu_backend());
-  auto config = load_model_config(target_dir());
+  auto config = load_model_config(testing::fixture_model_dir());
   ASSERT_TRUE(config.ok());
   EngineOptions options{16, 16};
   options.draft_rank = 0;
-  auto model = LlamaModel::load_shard(target_dir(), ModelShard::full(*config), backend);
+  auto model = LlamaModel::load_shard(testing::fixture_model_dir(), ModelShard::full(*config), backend);
   ASSERT_TRUE(model.ok());
-  auto self = DraftModel::load(target_dir(), backend, 16, 16, StepLimits{}, config->vocab_size);
+  auto self = DraftModel::load(testing::fixture_model_dir(), backend, 16, 16, StepLimits{}, config->vocab_size);
   ASSERT_TRUE(self.ok()) << self.status();
   auto engine = Engine::create(*std::move(model), options, nullptr, *std::move(self));
   ASSERT_TRUE(engine.ok()) << engine.status();
@@ -140,12 +120,12 @@ TEST(SpeculativeEngine, DraftingWithTheTargetItselfAcceptsEverything) {
 
 TEST(SpeculativeEngine, RefusesAMismatchedDraftAndSpeculativeStepsWithoutOne) {
   std::shared_ptr<Backend> backend(make_cpu_backend());
-  auto wrong_vocab = DraftModel::load(target_dir(), backend, 4, 16, StepLimits{}, 32000);
+  auto wrong_vocab = DraftModel::load(testing::fixture_model_dir(), backend, 4, 16, StepLimits{}, 32000);
   ASSERT_FALSE(wrong_vocab.ok());
   EXPECT_NE(std::string(wrong_vocab.status().message()).find("vocabulary"), std::string::npos)
       << wrong_vocab.status();
   auto plain = make_engine(EngineOptions{16, 16}, false);
-  StepInput step{{sequence(1, {1, 2, 3}, 0, {0}, true, 3)}, 3};
+  StepInput step{{step_sequence(1, {1, 2, 3}, 0, {0}, true, 3)}, 3};
   step.speculative = true;
   const auto out = plain->run_step(step);
   ASSERT_FALSE(out.ok());
@@ -177,7 +157,7 @@ TEST(SpeculativeEngine, SampledTokensFollowTheTargetDistribution) {
   params.top_k = 12;
 
   // The target's own distribution of the token after the prompt.
-  auto reference = LlamaModel::load(target_dir());
+  auto reference = LlamaModel::load(testing::fixture_model_dir());
   ASSERT_TRUE(reference.ok());
   const Tensor logits = forward_sequence(**reference, prompt, {});
   const int64_t vocab = logits.dim(1);
@@ -192,10 +172,11 @@ TEST(SpeculativeEngine, SampledTokensFollowTheTargetDistribution) {
     round.decode_steps = kDraftTokens + 1;
     round.speculative = true;
     for (int64_t s = 0; s < kSeqs; ++s) {
-      StepSequence head = sequence(static_cast<uint64_t>(s + 1), {prompt.begin(), prompt.end() - 1}, 0,
+      StepSequence head = step_sequence(static_cast<uint64_t>(s + 1), {prompt.begin(), prompt.end() - 1}, 0,
                                    {static_cast<int32_t>(s)}, false, static_cast<int32_t>(prompt.size()));
-      StepSequence tail = sequence(static_cast<uint64_t>(s + 1), {prompt.back()}, static_cast<int32_t>(prompt.size()) - 1,
-                                   {static_cast<int32_t>(s)}, true, static_cast<int32_t>(prompt.size()));
+      StepSequence tail =
+          step_sequence(static_cast<uint64_t>(s + 1), {prompt.back()}, static_cast<int32_t>(prompt.size()) - 1,
+                        {static_cast<int32_t>(s)}, true, static_cast<int32_t>(prompt.size()));
       tail.sampling = params;
       tail.sampling.seed = seed++;
       prefill.sequences.push_back(std::move(head));
