@@ -453,20 +453,12 @@ absl::StatusOr<std::vector<RankPlan>> plan_model_pages(const ModelFootprint& fp,
   return LayerPlanner(fp, o).plan();
 }
 
-// The draft model's bytes on its rank: its weights, a full-precision cache of the same pages and
-// its workspace.
-uint64_t draft_bytes(const ModelFootprint& draft, const PlannerOptions& o) {
-  return draft.total_weight_bytes() + draft.total_cache_bytes(o.cache_tokens()) +
-         draft.workspace.bytes(o.step_tokens, o.max_seq_len);
-}
-
 // With a draft model, its rank (the lowest with the head: rank 0 in tp mode, the last in a layer
 // split) plans the model within its cap less the draft's bytes, which then count as workspace.
 absl::StatusOr<std::vector<RankPlan>> plan_pages(const ModelFootprint& fp, const PlannerOptions& o) {
   if (o.draft == nullptr) return plan_model_pages(fp, o);
-  const int world = static_cast<int>(o.caps.size());
-  const int rank = o.mode == PlanMode::kTensorParallel ? 0 : world - 1;
-  const uint64_t extra = draft_bytes(*o.draft, o);
+  const int rank = draft_model_rank(o);
+  const uint64_t extra = draft_model_bytes(*o.draft, o);
   if (extra >= o.caps[rank]) {
     return absl::ResourceExhaustedError(absl::StrCat("rank ", rank, " holds the draft model (", format_bytes(extra),
                                                      " with its KV cache of ", cache_text(o, o.num_pages()),
@@ -482,6 +474,15 @@ absl::StatusOr<std::vector<RankPlan>> plan_pages(const ModelFootprint& fp, const
 
 
 }  // namespace
+
+uint64_t draft_model_bytes(const ModelFootprint& draft, const PlannerOptions& o) {
+  return draft.total_weight_bytes() + draft.total_cache_bytes(o.cache_tokens()) +
+         draft.workspace.bytes(o.step_tokens, o.max_seq_len);
+}
+
+int draft_model_rank(const PlannerOptions& o) {
+  return o.mode == PlanMode::kTensorParallel ? 0 : static_cast<int>(o.caps.size()) - 1;
+}
 
 std::string plan_mode_name(PlanMode mode) { return mode == PlanMode::kTensorParallel ? "tp" : "layers"; }
 

@@ -127,6 +127,13 @@ struct RankPlan {
 // RESOURCE_EXHAUSTED when the caps cannot hold the model, cache and workspace.
 absl::StatusOr<std::vector<RankPlan>> plan_shards(const ModelFootprint& footprint, const PlannerOptions& options);
 
+// Speculative decoding's draft model as the planner prices it (options.draft): its weights, a
+// full-precision KV cache of options' pages and its workspace, held by draft_model_rank (the lowest
+// rank with the head: 0 in tp mode, the last in a layer split) and counted in that rank's
+// workspace bytes.
+uint64_t draft_model_bytes(const ModelFootprint& draft, const PlannerOptions& options);
+int draft_model_rank(const PlannerOptions& options);
+
 // One line on the KV cache of a plan with `pages` pages (for start-up logs and the plan table):
 //   "KV cache: 512 pages of 256 tokens per rank (131072 tokens: max-batch 16 x 8192)"
 //   "KV cache: 40 pages of 256 tokens (10240 tokens) fit, fewer than max-batch 16 x 8192; requests

@@ -175,6 +175,12 @@ absl::Status Coordinator::start_serving() {
   // on the options price exactly that cache (workers, scheduler and reserve agree).
   popts.pages = plans_.front().num_pages;
   std::fprintf(stderr, "%s", format_plan_table(footprint_, plans_, caps, &popts).c_str());
+  if (draft_footprint_) {
+    std::fprintf(stderr, "coordinator: rank %d holds the draft model %s: %s (weights, full-precision KV cache, "
+                 "workspace), counted in its workspace column; it proposes %d tokens per decode step\n",
+                 draft_model_rank(popts), options_.draft_model_dir.c_str(),
+                 format_bytes(draft_model_bytes(*draft_footprint_, popts)).c_str(), options_.draft_tokens);
+  }
   if (cache_was_fitted(popts, popts.pages)) {
     std::fprintf(stderr, "coordinator: %s\n", kv_cache_summary(popts, popts.pages).c_str());
   }
