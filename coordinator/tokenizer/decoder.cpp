@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "coordinator/tokenizer/json_file.h"
 #include "coordinator/tokenizer/utf8.h"
 #include "kernels/check.h"
@@ -37,18 +38,6 @@ std::optional<uint8_t> byte_token(std::string_view token) {
   const int low = hex_digit(token[4]);
   if (high < 0 || low < 0) return std::nullopt;
   return static_cast<uint8_t>(high * 16 + low);
-}
-
-std::string replace_all(std::string_view text, std::string_view pattern, std::string_view content) {
-  std::string out;
-  out.reserve(text.size());
-  size_t begin = 0;
-  for (size_t pos = text.find(pattern); pos != std::string_view::npos; pos = text.find(pattern, begin)) {
-    out.append(text.substr(begin, pos - begin)).append(content);
-    begin = pos + pattern.size();
-  }
-  out.append(text.substr(begin));
-  return out;
 }
 
 // Strip on one token: up to `start` leading and `stop` trailing `content` characters. Where the
@@ -170,7 +159,7 @@ std::string Decoder::token_text_in_context(std::string_view token) const {
   for (const Step& step : per_token_) {
     switch (step.kind) {
       case Step::Kind::kReplace:
-        text = replace_all(text, step.pattern, step.content);
+        text = absl::StrReplaceAll(text, {{step.pattern, step.content}});
         break;
       case Step::Kind::kStrip:
         text = strip_token(text, step.content, step.start, step.stop);
@@ -203,7 +192,7 @@ void DecodeStream::feed(size_t stage, std::string element, std::string& out) {
     const size_t index = index_[stage]++;
     switch (step.kind) {
       case Decoder::Step::Kind::kReplace:
-        element = replace_all(element, step.pattern, step.content);
+        element = absl::StrReplaceAll(element, {{step.pattern, step.content}});
         break;
       case Decoder::Step::Kind::kStrip:
         element = strip_token(element, step.content, step.start, step.stop);

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "coordinator/tokenizer/json_file.h"
 #include "coordinator/tokenizer/utf8.h"
 #include "kernels/check.h"
@@ -55,18 +56,6 @@ std::string nfc(std::string_view text) {
     pos += st.length;
   }
   append_nfc(text.substr(run_begin), out);
-  return out;
-}
-
-std::string replace_all(std::string_view text, std::string_view pattern, std::string_view content) {
-  std::string out;
-  out.reserve(text.size());
-  size_t begin = 0;
-  for (size_t pos = text.find(pattern); pos != std::string_view::npos; pos = text.find(pattern, begin)) {
-    out.append(text.substr(begin, pos - begin)).append(content);
-    begin = pos + pattern.size();
-  }
-  out.append(text.substr(begin));
   return out;
 }
 
@@ -130,7 +119,7 @@ std::string Normalizer::apply(std::string_view text) const {
         if (!out.empty()) out.insert(0, step.content);
         break;
       case Step::Kind::kReplace:
-        out = replace_all(out, step.pattern, step.content);
+        out = absl::StrReplaceAll(out, {{step.pattern, step.content}});
         break;
     }
   }
