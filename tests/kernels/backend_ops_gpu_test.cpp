@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/backend_tensors.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -107,23 +108,9 @@ std::vector<int32_t> random_ints(int64_t n, int32_t lo, int32_t hi, std::mt19937
 
 // ---- Device helpers -----------------------------------------------------------------------------
 
-Tensor device_zeros(Backend& b, DType dtype, const Shape& shape) {
-  absl::StatusOr<Tensor> t = b.allocate(dtype, shape, "test tensor");
-  EXL3_CHECK_OK(t.status());
-  return *t;
-}
-
-Tensor to_device(Backend& b, const Tensor& host) {
-  Tensor t = device_zeros(b, host.dtype(), host.shape());
-  b.upload(host, t);
-  return t;
-}
-
-Tensor to_host(Backend& b, const Tensor& dev) {
-  Tensor host = Tensor::zeros(dev.dtype(), dev.shape());
-  b.download(dev, host);
-  return host;
-}
+using testing::device_zeros;
+using testing::to_device;
+using testing::to_host;
 
 Tensor to_host_f32(Backend& b, const Tensor& dev) { return to_host(b, dev).to_f32(); }
 

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/backend_tensors.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/attention_split.h"
@@ -56,23 +57,9 @@ Tensor f16_host(const Tensor& f32) {
   return out;
 }
 
-Tensor device_zeros(Backend& b, DType dtype, const Shape& shape) {
-  absl::StatusOr<Tensor> t = b.allocate(dtype, shape, "kv_quant_gpu_test tensor");
-  EXL3_CHECK_OK(t.status());
-  return *t;
-}
-
-Tensor to_device(Backend& b, const Tensor& host) {
-  Tensor t = device_zeros(b, host.dtype(), host.shape());
-  b.upload(host, t);
-  return t;
-}
-
-Tensor to_host(Backend& b, const Tensor& dev) {
-  Tensor host = Tensor::zeros(dev.dtype(), dev.shape());
-  b.download(dev, host);
-  return host;
-}
+using testing::device_zeros;
+using testing::to_device;
+using testing::to_host;
 
 Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
 
