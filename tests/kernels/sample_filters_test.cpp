@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/chi_square.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/philox.h"
@@ -362,9 +363,7 @@ TEST(SamplingFilters, ValidationNamesEachBadField) {
 
 // ---- Chi-square of the CPU backend's draws ------------------------------------------------------
 
-// chi-square critical values at p = 0.001 for 1..15 degrees of freedom.
-constexpr double kChiSquare001[] = {10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322, 26.124,
-                                    27.877, 29.588, 31.264, 32.909, 34.528, 36.123, 37.697};
+using testing::kChiSquare001;
 
 // Draws `positions` tokens (one row per position, in batches) on the CPU backend and compares the
 // counts with the sum of sampling_distribution over the positions (XTC's decision depends on the

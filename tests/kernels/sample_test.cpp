@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/chi_square.h"
 #include "gtest/gtest.h"
 #include "kernels/philox.h"
 #include "kernels/sampling.h"
@@ -271,9 +272,7 @@ TEST(Sampling, GreedyIsArgmaxOfPenalisedLogitsWithoutRandomness) {
 
 // ---- Draws -------------------------------------------------------------------------------------
 
-// Chi-square critical values at p = 0.001 for 1..15 degrees of freedom.
-constexpr double kChiSquare001[] = {10.828, 13.816, 16.266, 18.467, 20.515, 22.458, 24.322, 26.124,
-                                    27.877, 29.588, 31.264, 32.909, 34.528, 36.123, 37.697};
+using testing::kChiSquare001;
 
 struct DrawCase {
   std::string name;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/chi_square.h"
 #include "gtest/gtest.h"
 #include "kernels/philox.h"
 #include "kernels/speculative.h"
@@ -95,15 +96,8 @@ std::vector<int32_t> simulate(uint64_t seed, int draft_tokens, int length, int* 
   return tokens;
 }
 
-// Pearson's statistic of observed counts against expected probabilities over `n` samples.
-double chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n) {
-  double stat = 0.0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    const double expected = probs[i] * static_cast<double>(n);
-    stat += (counts[i] - expected) * (counts[i] - expected) / expected;
-  }
-  return stat;
-}
+using testing::chi_square;
+using testing::kChiSquare001;
 
 TEST(VerifyProposal, EmittedTokensFollowTheTargetNotTheDraft) {
   constexpr int64_t kRuns = 40000;
@@ -117,9 +111,9 @@ TEST(VerifyProposal, EmittedTokensFollowTheTargetNotTheDraft) {
     for (int k = 0; k < kLength; ++k) ++marginal[k][t[k]];
     ++joint[t[0] * kVocab + t[1]];
   }
-  // Critical values of chi-square at p = 0.001: 18.47 for 4 degrees of freedom, 51.18 for 24.
+  // Critical values of chi-square at p = 0.001: kChiSquare001[3] for 4 degrees of freedom, 51.18 for 24.
   for (int k = 0; k < kLength; ++k) {
-    EXPECT_LT(chi_square(marginal[k], kTarget[k % 3], kRuns), 18.47) << "position " << k;
+    EXPECT_LT(chi_square(marginal[k], kTarget[k % 3], kRuns), kChiSquare001[3]) << "position " << k;
     EXPECT_GT(chi_square(marginal[k], kDraft[k % 3], kRuns), 1000.0) << "position " << k << " looks like the draft";
   }
   std::vector<double> product(kVocab * kVocab);

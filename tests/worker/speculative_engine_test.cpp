@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <map>
 
+#include "common/chi_square.h"
 #include "gtest/gtest.h"
 #include "worker/draft_model.h"
 #include "worker/engine.h"
@@ -132,15 +133,8 @@ TEST(SpeculativeEngine, RefusesAMismatchedDraftAndSpeculativeStepsWithoutOne) {
   EXPECT_NE(std::string(out.status().message()).find("no draft model"), std::string::npos) << out.status();
 }
 
-// Pearson's statistic of observed counts against expected probabilities over `n` draws.
-double chi_square(const std::vector<int64_t>& counts, const std::vector<double>& probs, int64_t n) {
-  double stat = 0.0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    const double expected = probs[i] * static_cast<double>(n);
-    stat += (counts[i] - expected) * (counts[i] - expected) / expected;
-  }
-  return stat;
-}
+using testing::chi_square;
+using testing::kChiSquare001;
 
 TEST(SpeculativeEngine, SampledTokensFollowTheTargetDistribution) {
   EXL3_REQUIRE_FILE(draft_dir() + "/model.safetensors");
@@ -212,8 +206,8 @@ TEST(SpeculativeEngine, SampledTokensFollowTheTargetDistribution) {
     expected.push_back(rest_prob);
   }
   ASSERT_GE(observed.size(), 3u);
-  // Critical values of chi-square at p = 0.001 for 1..12 degrees of freedom.
-  const double critical[] = {10.83, 13.82, 16.27, 18.47, 20.52, 22.46, 24.32, 26.12, 27.88, 29.59, 31.26, 32.91};
+  ASSERT_LE(observed.size(), std::size(kChiSquare001) + 1);
+  const double* critical = kChiSquare001;
   const double stat = chi_square(observed, expected, draws);
   std::printf("%lld sampled rounds: first token chi-square %.2f over %zu bins (critical %.2f); %.2f proposals kept "
               "per round\n",
