@@ -17,27 +17,37 @@ namespace {
 
 constexpr int kThreads = 128;
 
+// Where each token of the batch goes in the cache: its row (page · page_size + slot) from the
+// sequence's page table. Metadata outside the batch or the cache traps.
+struct CacheSlots {
+  const int32_t* positions;
+  const int32_t* token_seq;
+  const int32_t* page_table;
+  int64_t num_seqs, max_pages, page_size, num_pages;
+
+  __device__ __forceinline__ int64_t row_of(int64_t t) const {
+    const int32_t seq = token_seq[t];
+    const int32_t pos = positions[t];
+    if (seq < 0 || seq >= num_seqs || pos < 0 || pos / page_size >= max_pages) __trap();
+    const int32_t page = page_table[seq * max_pages + pos / page_size];
+    if (page < 0 || page >= num_pages) __trap();
+    return static_cast<int64_t>(page) * page_size + pos % page_size;
+  }
+};
+
 struct KvWriteArgs {
   const __half* k;
   const __half* v;
   __half* k_pages;
   __half* v_pages;
-  const int32_t* positions;
-  const int32_t* token_seq;
-  const int32_t* page_table;
-  int64_t num_seqs, max_pages, page_size, num_pages;
+  CacheSlots slots;
   int64_t words;  // Words per row (kv_heads · head_dim halves)
 };
 
 template <typename Word>
 __global__ void kv_write_kernel(const KvWriteArgs a) {
   const int64_t t = blockIdx.x;
-  const int32_t seq = a.token_seq[t];
-  const int32_t pos = a.positions[t];
-  if (seq < 0 || seq >= a.num_seqs || pos < 0 || pos / a.page_size >= a.max_pages) __trap();
-  const int32_t page = a.page_table[seq * a.max_pages + pos / a.page_size];
-  if (page < 0 || page >= a.num_pages) __trap();
-  const int64_t dst = (static_cast<int64_t>(page) * a.page_size + pos % a.page_size) * a.words;
+  const int64_t dst = a.slots.row_of(t) * a.words;
   const Word* k = reinterpret_cast<const Word*>(a.k) + t * a.words;
   const Word* v = reinterpret_cast<const Word*>(a.v) + t * a.words;
   Word* kp = reinterpret_cast<Word*>(a.k_pages) + dst;
@@ -52,10 +62,7 @@ struct KvWriteQuantArgs {
   const __half* k;
   const __half* v;
   KvSide k_side, v_side;
-  const int32_t* positions;
-  const int32_t* token_seq;
-  const int32_t* page_table;
-  int64_t num_seqs, max_pages, page_size, num_pages;
+  CacheSlots slots;
   int64_t row;  // kv_heads · head_dim
 };
 
@@ -76,12 +83,7 @@ __device__ __forceinline__ void write_side(const __half* src, const KvSide& side
 
 __global__ void kv_write_quant_kernel(const KvWriteQuantArgs a) {
   const int64_t t = blockIdx.x;
-  const int32_t seq = a.token_seq[t];
-  const int32_t pos = a.positions[t];
-  if (seq < 0 || seq >= a.num_seqs || pos < 0 || pos / a.page_size >= a.max_pages) __trap();
-  const int32_t page = a.page_table[seq * a.max_pages + pos / a.page_size];
-  if (page < 0 || page >= a.num_pages) __trap();
-  const int64_t slot = static_cast<int64_t>(page) * a.page_size + pos % a.page_size;
+  const int64_t slot = a.slots.row_of(t);
   write_side(a.k + t * a.row, a.k_side, a.row, slot);
   write_side(a.v + t * a.row, a.v_side, a.row, slot);
 }
@@ -117,25 +119,15 @@ void launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
   EXL3_CHECK(p.k != nullptr && p.v != nullptr, "kv_write: null k/v pointer");
   EXL3_CHECK(b.positions != nullptr && b.token_seq != nullptr && b.page_table != nullptr,
              "kv_write: null batch metadata");
+  const CacheSlots slots{b.positions, b.token_seq, b.page_table, b.num_seqs, b.max_pages, b.page_size, p.num_pages};
   if (p.k_bits != 16 || p.v_bits != 16) {
-    const KvWriteQuantArgs q{p.k,
-                             p.v,
-                             KvSide{p.k_pages, p.k_words, p.k_scales, p.k_bits},
-                             KvSide{p.v_pages, p.v_words, p.v_scales, p.v_bits},
-                             b.positions,
-                             b.token_seq,
-                             b.page_table,
-                             b.num_seqs,
-                             b.max_pages,
-                             b.page_size,
-                             p.num_pages,
-                             row_halves};
+    const KvWriteQuantArgs q{p.k, p.v, KvSide{p.k_pages, p.k_words, p.k_scales, p.k_bits},
+                             KvSide{p.v_pages, p.v_words, p.v_scales, p.v_bits}, slots, row_halves};
     kv_write_quant_kernel<<<static_cast<unsigned>(b.tokens), kThreads, 0, stream>>>(q);
     EXL3_CUDA_CHECK_LAUNCH();
     return;
   }
-  KvWriteArgs a{p.k, p.v, p.k_pages, p.v_pages, b.positions, b.token_seq, b.page_table,
-                b.num_seqs, b.max_pages, b.page_size, p.num_pages, 0};
+  KvWriteArgs a{p.k, p.v, p.k_pages, p.v_pages, slots, 0};
   const bool wide = row_halves % 8 == 0 && aligned16(p.k) && aligned16(p.v) && aligned16(p.k_pages) &&
                     aligned16(p.v_pages);
   if (wide) {
