@@ -13,8 +13,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "bench/token_ids_file.h"
 #include "common/test_paths.h"
+#include "model/heldout_tokens.h"
 #include "gtest/gtest.h"
 #include "worker/engine.h"
 #include "worker/model/sequence_forward.h"
@@ -24,11 +24,8 @@ namespace {
 
 constexpr int64_t kVocab = 4096;
 
-std::vector<int32_t> heldout_tokens(int64_t n) {
-  auto ids = load_token_sequences(testing::test_data("reference/heldout_ids.safetensors"));
-  EXL3_CHECK_OK(ids.status());
-  return std::vector<int32_t>((*ids)[0].begin() + 2000, (*ids)[0].begin() + 2000 + n);
-}
+// The held-out tokens these tests read start at 2000.
+std::vector<int32_t> heldout_tokens(int64_t n) { return testing::heldout_tokens(2000, n); }
 
 const LlamaModel& fixture_model() {
   static std::unique_ptr<LlamaModel> model = [] {

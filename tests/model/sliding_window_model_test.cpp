@@ -12,8 +12,8 @@
 #include <cmath>
 #include <cstdio>
 
-#include "bench/token_ids_file.h"
 #include "common/test_paths.h"
+#include "model/heldout_tokens.h"
 #include "gtest/gtest.h"
 #include "model/variant_model_dir.h"
 #include "worker/model/sequence_forward.h"
@@ -23,11 +23,8 @@ namespace {
 
 constexpr int64_t kVocab = 4096;
 
-std::vector<int32_t> heldout_tokens(int64_t n) {
-  auto ids = load_token_sequences(testing::test_data("reference/heldout_ids.safetensors"));
-  EXL3_CHECK_OK(ids.status());
-  return std::vector<int32_t>((*ids)[0].begin() + 1000, (*ids)[0].begin() + 1000 + n);
-}
+// The held-out tokens these tests read start at 1000.
+std::vector<int32_t> heldout_tokens(int64_t n) { return testing::heldout_tokens(1000, n); }
 
 std::unique_ptr<LlamaModel> load(const std::string& name, const nlohmann::json& edits) {
   auto model = LlamaModel::load(testing::variant_model_dir(name, edits));
