@@ -201,33 +201,41 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
   return out;
 }
 
-absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
-  EXL3_RETURN_IF_ERROR(validate(input));
-  if (input.speculative && input.decode_steps > 1) {
-    if (options_.draft_rank < 0) return absl::InvalidArgumentError("a speculative step, but no draft model is loaded");
-    return run_speculative_step(input);
-  }
-  std::vector<BatchEntry> batch;
+std::vector<const StepSequence*> Engine::start_step(const StepInput& input, StepOutput& out) {
   std::vector<const StepSequence*> samplers;
   for (const StepSequence& s : input.sequences) {
     History& h = histories_[s.seq_id];
     if (!s.history_prefix.empty()) h.tokens = s.history_prefix;  // positions reused from the prefix cache
-    h.tokens.resize(s.start_pos);  // a recomputed sequence restarts from start_pos
+    h.tokens.resize(s.start_pos);  // a recomputed (or rewound) sequence restarts from start_pos
     h.tokens.insert(h.tokens.end(), s.tokens.begin(), s.tokens.end());
     if (draft_ != nullptr) draft_->keep_positions(s.seq_id, s.start_pos);
     if (s.prompt_len > 0) h.prompt_len = s.prompt_len;
     if (!s.sampling.dry_breakers.empty()) h.dry_breakers = s.sampling.dry_breakers;
-    const LogitsMode mode = s.return_logits ? LogitsMode::kAll : s.sample ? LogitsMode::kLast : LogitsMode::kNone;
-    batch.push_back(BatchEntry{s.tokens, s.start_pos, s.page_table, mode});
     if (s.sample) samplers.push_back(&s);
   }
-  StepOutput out;
   for (const StepSequence* s : samplers) out.tokens.push_back({s->seq_id, {}});
   out.logprobs.resize(samplers.size());
   // Copy-on-write pages first: the forward may write the copies' destinations (on the same stream).
   for (const auto& [src, dst] : input.page_copies) {
     cache_->copy_page(src, dst, model_->backend());
     if (draft_ != nullptr) draft_->copy_page(src, dst);
+  }
+  return samplers;
+}
+
+absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
+  EXL3_RETURN_IF_ERROR(validate(input));
+  const bool speculative = input.speculative && input.decode_steps > 1;
+  if (speculative && options_.draft_rank < 0) {
+    return absl::InvalidArgumentError("a speculative step, but no draft model is loaded");
+  }
+  StepOutput out;
+  const std::vector<const StepSequence*> samplers = start_step(input, out);
+  if (speculative) return run_speculative_step(input, samplers, std::move(out));
+  std::vector<BatchEntry> batch;
+  for (const StepSequence& s : input.sequences) {
+    const LogitsMode mode = s.return_logits ? LogitsMode::kAll : s.sample ? LogitsMode::kLast : LogitsMode::kNone;
+    batch.push_back(BatchEntry{s.tokens, s.start_pos, s.page_table, mode});
   }
 
   // Logits stay on the device; only requested full logits are downloaded.

@@ -110,8 +110,13 @@ class Engine {
   };
   Engine() = default;
   absl::Status validate(const StepInput& input) const;
-  // run_step's speculative round (engine_speculative.cpp).
-  absl::StatusOr<StepOutput> run_speculative_step(const StepInput& input);
+  // What every step does first: each sequence's history updated to its tokens (and the draft's
+  // cache knowledge cut to start_pos), the page copies run; returns the sampling sequences in input
+  // order, with an empty entry for each in `out`.
+  std::vector<const StepSequence*> start_step(const StepInput& input, StepOutput& out);
+  // run_step's speculative round (engine_speculative.cpp), after start_step.
+  absl::StatusOr<StepOutput> run_speculative_step(const StepInput& input,
+                                                  const std::vector<const StepSequence*>& samplers, StepOutput out);
   // Sums `values` over the ranks (the drafting rank contributes, the others zeros) so every rank
   // holds the drafting rank's values; no-op for a single rank. values.size() <= spec_exchange_.
   absl::Status share_from_draft_rank(std::vector<float>& values);

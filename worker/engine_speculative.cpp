@@ -36,30 +36,15 @@ absl::Status Engine::share_from_draft_rank(std::vector<float>& values) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<StepOutput> Engine::run_speculative_step(const StepInput& input) {
+absl::StatusOr<StepOutput> Engine::run_speculative_step(const StepInput& input,
+                                                         const std::vector<const StepSequence*>& samplers,
+                                                         StepOutput out) {
   const int32_t n = input.decode_steps - 1;
   const int64_t vocab = model_->config().vocab_size;
   Backend& be = model_->backend();
-  std::vector<const StepSequence*> samplers;  // every sampling sequence, in input order
-  std::vector<size_t> spec;                   // indices into samplers of those that draft
-  for (const StepSequence& s : input.sequences) {
-    History& h = histories_[s.seq_id];
-    if (!s.history_prefix.empty()) h.tokens = s.history_prefix;
-    h.tokens.resize(s.start_pos);
-    h.tokens.insert(h.tokens.end(), s.tokens.begin(), s.tokens.end());
-    if (draft_ != nullptr) draft_->keep_positions(s.seq_id, s.start_pos);
-    if (s.prompt_len > 0) h.prompt_len = s.prompt_len;
-    if (!s.sampling.dry_breakers.empty()) h.dry_breakers = s.sampling.dry_breakers;
-    if (!s.sample) continue;
-    if (speculates(s)) spec.push_back(samplers.size());
-    samplers.push_back(&s);
-  }
-  StepOutput out;
-  for (const StepSequence* s : samplers) out.tokens.push_back({s->seq_id, {}});
-  out.logprobs.resize(samplers.size());
-  for (const auto& [src, dst] : input.page_copies) {
-    cache_->copy_page(src, dst, be);
-    if (draft_ != nullptr) draft_->copy_page(src, dst);
+  std::vector<size_t> spec;  // indices into samplers of the sequences that draft
+  for (size_t i = 0; i < samplers.size(); ++i) {
+    if (speculates(*samplers[i])) spec.push_back(i);
   }
 
   // Proposals, drawn on the drafting rank and shared as floats (ids < 2^24 are exact).
