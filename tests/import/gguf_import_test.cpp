@@ -8,6 +8,8 @@
 // SentencePiece ("llama") tokenizer path on tests/data/gguf/tiny-spm.gguf.
 #include "import/hf_writer.h"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -34,8 +36,14 @@ json read_json(const std::string& path) {
   return json::parse(in);
 }
 
+// A path in a folder of this process's own: ctest runs each case as its own process, several at
+// once, so the cases of a suite must not share (and remove) each other's folders.
+std::string own_path(const std::string& name) {
+  return testing::work_path("gguf-import-" + std::to_string(::getpid()) + "/" + name);
+}
+
 std::string fresh_dir(const std::string& name) {
-  const std::string dir = testing::work_path(name);
+  const std::string dir = own_path(name);
   fs::remove_all(dir);
   return dir;
 }
@@ -62,7 +70,7 @@ TEST(QkPermute, HandCase) {
 class TinyLlamaImport : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new std::string(fresh_dir("gguf-import/tiny-llama-f32"));
+    dir_ = new std::string(fresh_dir("tiny-llama-f32"));
     ImportOptions options;
     options.dtype = DType::kF32;
     options.max_shard_bytes = 500000;  // several shards and an index
@@ -189,7 +197,7 @@ TEST_F(TinyLlamaImport, LoadsAndMatchesReferenceForward) {
 }
 
 TEST(GgufImport, Bf16ImportLoadsAndOutDirRules) {
-  const std::string dir = fresh_dir("gguf-import/tiny-llama-bf16");
+  const std::string dir = fresh_dir("tiny-llama-bf16");
   ImportOptions options;
   std::vector<std::string> lines;
   options.log = [&](const std::string& line) { lines.push_back(line); };
@@ -218,7 +226,7 @@ TEST(GgufImport, Bf16ImportLoadsAndOutDirRules) {
 
 TEST(GgufImport, RefusesWhatItCannotConvert) {
   // types.gguf has architecture "types-test".
-  auto r = import_gguf(testing::test_data("gguf/types.gguf"), fresh_dir("gguf-import/types"), ImportOptions{});
+  auto r = import_gguf(testing::test_data("gguf/types.gguf"), fresh_dir("types"), ImportOptions{});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(std::string(r.status().message()).find("general.architecture \"types-test\" is not supported"),
             std::string::npos)
@@ -228,16 +236,16 @@ TEST(GgufImport, RefusesWhatItCannotConvert) {
     std::ifstream in(testing::test_data("gguf/tiny-llama.gguf"), std::ios::binary);
     return std::string(std::istreambuf_iterator<char>(in), {});
   }();
-  const std::string cut = testing::work_path("gguf-import/cut.gguf");
-  fs::create_directories(testing::work_path("gguf-import"));
+  const std::string cut = own_path("cut.gguf");
+  fs::create_directories(own_path(""));
   {
     std::ofstream out(cut, std::ios::binary);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size() - 100));
   }
-  auto t = import_gguf(cut, fresh_dir("gguf-import/cut"), ImportOptions{});
+  auto t = import_gguf(cut, fresh_dir("cut"), ImportOptions{});
   ASSERT_FALSE(t.ok());
   EXPECT_NE(std::string(t.status().message()).find("past the end of the file"), std::string::npos) << t.status();
-  EXPECT_FALSE(fs::exists(testing::work_path("gguf-import/cut")));
+  EXPECT_FALSE(fs::exists(own_path("cut")));
 }
 
 TEST(GgufImport, UnknownPreTokenizerRefusedByName) {
@@ -284,7 +292,7 @@ TEST(GgufImport, SentencePieceTokenizerMatchesTransformers) {
   ASSERT_TRUE(f.ok()) << f.status();
   auto files = make_tokenizer_files(**f, 512);
   ASSERT_TRUE(files.ok()) << files.status();
-  const std::string dir = fresh_dir("gguf-import/tiny-spm");
+  const std::string dir = fresh_dir("tiny-spm");
   fs::create_directories(dir);
   std::ofstream(dir + "/tokenizer.json") << files->tokenizer.dump();
   std::ofstream(dir + "/tokenizer_config.json") << files->tokenizer_config.dump();
