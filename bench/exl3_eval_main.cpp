@@ -14,6 +14,7 @@
 #include "bench/token_ids_file.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "worker/loader/safetensors.h"
+#include "worker/model/config.h"
 #include "worker/model/sequence_forward.h"
 
 namespace exl3 {
@@ -32,6 +33,10 @@ struct EvalOptions {
   bool kl_vs_fp16 = false;
   int64_t chunk = 0;
   int64_t max_windows = 0;
+  // Off by default: exl3-eval measures the model (whole windows and sequences in one forward, where
+  // a server would not quantize them either); --int8-activations auto|on measures the decode path's
+  // rounding, e.g. with --chunk 32 or less.
+  std::string int8_activations = "off";
 };
 
 using Clock = std::chrono::steady_clock;
@@ -40,13 +45,19 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-absl::StatusOr<std::unique_ptr<LlamaModel>> load_model(const std::string& dir) {
+absl::StatusOr<std::unique_ptr<LlamaModel>> load_model(const std::string& dir, const std::string& int8_activations) {
   const auto t0 = Clock::now();
-  std::fprintf(stderr, "loading %s\n", dir.c_str());
-  auto model = LlamaModel::load(dir, [](int64_t done, int64_t total) {
+  EXL3_ASSIGN_OR_RETURN(const Int8Activations int8, parse_int8_activations(int8_activations, "--int8-activations"));
+  EXL3_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(dir));
+  CpuBackendOptions backend;
+  backend.int8_activations = int8;
+  std::fprintf(stderr, "loading %s (int8 activations %s)\n", dir.c_str(), int8_activations_name(int8).c_str());
+  const LoadProgress progress = [](int64_t done, int64_t total) {
     std::fprintf(stderr, "\r  loaded %lld/%lld components", static_cast<long long>(done), static_cast<long long>(total));
     if (done == total) std::fprintf(stderr, "\n");
-  });
+  };
+  auto model = LlamaModel::load_shard(dir, ModelShard::full(config),
+                                      std::shared_ptr<Backend>(make_cpu_backend(backend)), progress);
   if (model.ok()) {
     const ModelConfig& c = (*model)->config();
     std::fprintf(stderr, "  %s: %lld layers, hidden %lld, vocab %lld, %.2f bpw decoder, %.1f MB stored, %.1f s\n",
@@ -89,7 +100,7 @@ absl::Status run_perplexity(const EvalOptions& o) {
   EXL3_ASSIGN_OR_RETURN(TokenSequences seqs, read_input(o));
   std::vector<int32_t> ids;
   for (const auto& s : seqs) ids.insert(ids.end(), s.begin(), s.end());
-  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, load_model(o.model_dir));
+  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, load_model(o.model_dir, o.int8_activations));
   const auto t0 = Clock::now();
   auto last_print = t0;
   EXL3_ASSIGN_OR_RETURN(PerplexityResult r,
@@ -122,7 +133,7 @@ absl::Status run_dump_logits(const EvalOptions& o) {
                                                      seqs[0].size(), " tokens, sequence ", i, " has ", seqs[i].size()));
     }
   }
-  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, load_model(o.model_dir));
+  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, load_model(o.model_dir, o.int8_activations));
   const int64_t vocab = model->config().vocab_size, len = static_cast<int64_t>(seqs[0].size());
   if (len > model->config().max_position_embeddings) {
     return absl::InvalidArgumentError(absl::StrCat("sequences of ", len, " tokens exceed the model's context of ",
@@ -155,6 +166,7 @@ absl::Status run(const EvalOptions& o) {
     return run_encode_jsonl(o);
   }
   if (o.model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required (or --tokenizer with --encode-jsonl)");
+  EXL3_RETURN_IF_ERROR(parse_int8_activations(o.int8_activations, "--int8-activations").status());
   if (o.ids_path.empty() == o.text_path.empty()) return absl::InvalidArgumentError("give exactly one of --ids or --text");
   if (!o.dump_logits_path.empty()) {
     if (o.cache_bits != "16,16" || o.kl_vs_fp16) {
@@ -195,6 +207,12 @@ int main(int argc, char** argv) {
                  "attention reads every key and value from the cache, quantized or not)")
       ->capture_default_str();
   app.add_option("--max-windows", o.max_windows, "Evaluate only the first N windows (0 = all)")->capture_default_str();
+  app.add_option("--int8-activations", o.int8_activations,
+                 exl3::int8_activations_flag_help() +
+                     ". Default off here: exl3-eval runs whole windows and sequences (prefill-shaped work, which "
+                     "keeps full-precision activations when served); auto or on with --chunk 32 or less measures the "
+                     "decode path")
+      ->capture_default_str();
   app.add_flag("!--no-parse-special", o.parse_special,
                "Treat special-token text such as <s> as plain text instead of matching it");
   CLI11_PARSE(app, argc, argv);

@@ -19,6 +19,7 @@
 #include "kernels/backend.h"
 #include "kernels/check.h"
 #include "kernels/fp16.h"
+#include "kernels/int8_activations.h"
 
 #ifdef EXL3_HAVE_CUDA
 #include <cuda_fp16.h>
@@ -306,6 +307,9 @@ class GemvRunner {
         Tensor dst = block->view_bytes(stride * b, DType::kI16, host.shape());
         backend_->upload(host, dst);
       }
+      if (o_.int8 && std::find(o_.codebooks.begin(), o_.codebooks.end(), "mul1") != o_.codebooks.end()) {
+        if (absl::Status st = time_int8_linear(shape, bits, *block, stride, buffers, *a, out); !st.ok()) return st;
+      }
       for (const std::string& name : o_.codebooks) {
         const Codebook cb = *parse_codebook_name(name);
         for (int64_t rows : o_.rows) {
@@ -320,6 +324,54 @@ class GemvRunner {
           out.push_back(timing("gemm", shape, rows, bits, name, *t, launches, buffers));
         }
       }
+    }
+    return absl::OkStatus();
+  }
+
+  // The whole MUL1 linear with int8 activations (launch_exl3_linear: the int8 GEMV, which
+  // transforms and quantizes x itself, and the output pass) on the rotated trellis copies, for
+  // every row count the int8 path takes. x is the kernel rows' A, used as the linear's input.
+  absl::Status time_int8_linear(const GemvShape& shape, int bits, const Tensor& block, int64_t stride, int buffers,
+                                const Tensor& x, std::vector<GemvTiming>& out) {
+    const int64_t max_rows = std::min<int64_t>(x.dim(0), kInt8ActivationsMaxRows);
+    absl::StatusOr<Tensor> suh = upload(random_scales(shape.k, o_.seed + 3), "int8 suh");
+    if (!suh.ok()) return suh.status();
+    absl::StatusOr<Tensor> svh = upload(random_scales(shape.n, o_.seed + 4), "int8 svh");
+    if (!svh.ok()) return svh.status();
+    absl::StatusOr<Tensor> y = backend_->allocate(DType::kF16, {max_rows, shape.n}, "int8 y");
+    if (!y.ok()) return y.status();
+    const int64_t scratch_floats = (shape.k / 128) * max_rows * shape.n;  // one partial per slice at most
+    absl::StatusOr<Tensor> scratch = backend_->allocate(DType::kF32, {scratch_floats}, "int8 scratch");
+    if (!scratch.ok()) return scratch.status();
+    // The linear's contract asks for scratch_a; the GEMV path transforms x itself and never uses it.
+    absl::StatusOr<Tensor> scratch_a = backend_->allocate(DType::kF16, {max_rows, shape.k}, "int8 scratch_a");
+    if (!scratch_a.ok()) return scratch_a.status();
+    const auto* base = static_cast<const unsigned char*>(block.raw());
+    for (int64_t rows : o_.rows) {
+      if (rows > max_rows) continue;
+      const int launches = launch_count(buffers);
+      absl::StatusOr<GraphTime> t = time_graph(launches, [&](int i) {
+        Exl3LinearParams p;
+        p.x = static_cast<const __half*>(x.raw());
+        p.m = rows;
+        p.in_features = shape.k;
+        p.out_features = shape.n;
+        p.trellis = reinterpret_cast<const int16_t*>(base + stride * (i % buffers));
+        p.suh = static_cast<const __half*>(suh->raw());
+        p.svh = static_cast<const __half*>(svh->raw());
+        p.k = shape.k;
+        p.n = shape.n;
+        p.bits = bits;
+        p.codebook = Codebook::kMul1;
+        p.y = y->mutable_raw();
+        p.scratch_a = static_cast<__half*>(scratch_a->mutable_raw());
+        p.scratch_c = static_cast<float*>(scratch->mutable_raw());
+        p.scratch_c_floats = scratch_floats;
+        p.int8_activations = true;
+        launch_exl3_linear(p, stream_);
+      });
+      if (!t.ok()) return t.status();
+      out.push_back(timing("linear-int8", shape, rows, bits, "mul1", *t, launches, buffers));
     }
     return absl::OkStatus();
   }
@@ -682,6 +734,9 @@ void add_gemv_subcommand(CLI::App& app, GemvBenchOptions& o) {
       ->capture_default_str();
   cmd->add_flag("--check,!--no-check", o.check,
                 "Check the kernel against the CPU reference on 4096x4096 for every K, codebook and row count first");
+  cmd->add_flag("--int8,!--no-int8", o.int8,
+                "Also time the whole MUL1 linear with int8 activations (rows 'linear-int8', up to 32 rows; "
+                "kernels/int8_activations.h)");
   cmd->add_option("--seed", o.seed, "Seed of the random trellis and activations")->capture_default_str();
   cmd->add_option("--json", o.json_path, "Write the results as JSON here");
   cmd->add_option("--markdown", o.markdown_path, "Write the markdown table here");

@@ -35,6 +35,7 @@ struct GemvBenchOptions {
   int device = 0;
   int linear_bits = 4;  // K of the whole-linear rows (through the backend, 1 row)
   bool check = true;    // correctness check on 4096x4096 per (K, codebook, rows)
+  bool int8 = true;     // also time the MUL1 linear with int8 activations ("linear-int8" rows)
   uint64_t seed = 1;
   uint64_t copy_bytes = uint64_t{1} << 30;  // size of the copy-peak buffer
   std::vector<std::string> argv;            // the command line, for the report's environment

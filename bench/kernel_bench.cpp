@@ -32,10 +32,16 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 absl::StatusOr<std::shared_ptr<Backend>> make_backend(const KernelBenchOptions& o) {
-  if (o.backend == "cpu") return std::shared_ptr<Backend>(make_cpu_backend());
+  EXL3_ASSIGN_OR_RETURN(const Int8Activations int8, parse_int8_activations(o.int8_activations, "--int8-activations"));
+  if (o.backend == "cpu") {
+    CpuBackendOptions cpu;
+    cpu.int8_activations = int8;
+    return std::shared_ptr<Backend>(make_cpu_backend(cpu));
+  }
 #ifdef EXL3_HAVE_CUDA
   CudaBackendOptions cuda;
   cuda.device = o.device;
+  cuda.int8_activations = int8;
   absl::StatusOr<std::unique_ptr<Backend>> backend = make_cuda_backend(cuda);
   if (!backend.ok()) return backend.status();
   return std::shared_ptr<Backend>(std::move(*backend));
@@ -62,6 +68,7 @@ absl::Status validate(const KernelBenchOptions& o) {
   }
   if (o.repeats < 1) return absl::InvalidArgumentError("--repeats must be at least 1");
   if (o.attention_context < 1) return absl::InvalidArgumentError("attention context must be positive");
+  EXL3_RETURN_IF_ERROR(parse_int8_activations(o.int8_activations, "--int8-activations").status());
   return parse_kv_cache_bits(o.cache_bits, "--cache-bits").status();
 }
 
@@ -516,6 +523,7 @@ nlohmann::json kernel_bench_json(const KernelBenchOptions& o, const KernelBenchR
           {"rows", o.rows},
           {"attention_context", o.attention_context},
           {"cache_bits", kv_cache_bits_name(cache_bits_or_full(o))},
+          {"int8_activations", o.int8_activations},
           {"peaks",
            {{"copy_gb_per_s", r.peaks.copy_gb_per_s},
             {"copy_bytes", r.peaks.copy_bytes},
@@ -614,6 +622,10 @@ void add_kernels_subcommand(CLI::App& app, KernelBenchOptions& o) {
   cmd->add_option("--cache-bits", o.cache_bits,
                   "Cache widths of the decode attention: K,V each 2..8 or 16 (or N for N,N); 16: pages of the "
                   "backend's kv_dtype")
+      ->capture_default_str();
+  o.int8_activations = "off";
+  cmd->add_option("--int8-activations", o.int8_activations, int8_activations_flag_help())
+      ->check(CLI::IsMember({"off", "auto", "on"}))
       ->capture_default_str();
   cmd->add_option("--json", o.json_path, "Write the results as JSON here");
   cmd->add_option("--markdown", o.markdown_path, "Write the markdown table here");

@@ -40,6 +40,7 @@ struct KernelBenchOptions {
   int64_t attention_context = 1024;  // positions each decode query attends to
   int64_t max_attention_seqs = 256;  // attention runs min(rows, this) sequences of one token
   std::string cache_bits = "16,16";  // the attention's cache widths: --cache-bits K,V (or N), 16: full
+  std::string int8_activations = "off";  // --int8-activations off|auto|on (kernels/int8_activations.h)
   uint64_t cpu_copy_bytes = uint64_t{128} << 20;
   uint64_t cuda_copy_bytes = uint64_t{1} << 30;
   int64_t gemm_n = 8192;

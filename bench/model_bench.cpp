@@ -101,10 +101,16 @@ absl::StatusOr<double> cuda_copy_bandwidth_gbs(int device) {
 #endif
 
 absl::StatusOr<std::shared_ptr<Backend>> make_backend(const ModelBenchOptions& o) {
-  if (o.backend == "cpu") return std::shared_ptr<Backend>(make_cpu_backend());
+  EXL3_ASSIGN_OR_RETURN(const Int8Activations int8, parse_int8_activations(o.int8_activations, "--int8-activations"));
+  if (o.backend == "cpu") {
+    CpuBackendOptions cpu;
+    cpu.int8_activations = int8;
+    return std::shared_ptr<Backend>(make_cpu_backend(cpu));
+  }
 #ifdef EXL3_HAVE_CUDA
   CudaBackendOptions cuda;
   cuda.device = o.device;
+  cuda.int8_activations = int8;
   EXL3_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, make_cuda_backend(cuda));
   return std::shared_ptr<Backend>(std::move(be));
 #else
@@ -267,6 +273,7 @@ absl::Status validate_model_bench_options(const ModelBenchOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("--backend: unknown backend '", o.backend, "' (cpu or cuda)"));
   }
   if (o.device < 0) return absl::InvalidArgumentError(absl::StrCat("--device: ", o.device, " is negative"));
+  EXL3_RETURN_IF_ERROR(parse_int8_activations(o.int8_activations, "--int8-activations").status());
   std::error_code ec;
   if (o.model_dir.empty() || !fs::is_directory(o.model_dir, ec)) {
     return absl::InvalidArgumentError(absl::StrCat("--model: '", o.model_dir, "' is not a directory"));
@@ -296,6 +303,7 @@ absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
   ModelBenchResult result;
   result.environment = capture_environment(o.backend, o.device, o.argv);
   result.environment["step_graphs"] = o.step_graphs ? "on" : "off";
+  result.environment["int8_activations"] = o.int8_activations;
 
   // Copy bandwidth first, while the device memory is still free.
   if (o.backend == "cuda") {
@@ -396,6 +404,10 @@ void add_model_bench_command(CLI::App& app, ModelBenchOptions& o) {
       ->capture_default_str();
   cmd->add_option("--decode-prompt", o.decode_prompt, "Prompt tokens of each decode sequence")->capture_default_str();
   cmd->add_option("--page-size", o.page_size, "KV cache page size")->capture_default_str();
+  o.int8_activations = "off";
+  cmd->add_option("--int8-activations", o.int8_activations, int8_activations_flag_help())
+      ->check(CLI::IsMember({"off", "auto", "on"}))
+      ->capture_default_str();
   cmd->add_option_function<std::string>(
          "--step-graphs", [&o](const std::string& v) { o.step_graphs = v == "on"; },
          "on: decode steps replay one CUDA graph per batch size and page bucket (CUDA backend); off: launch every op")

@@ -32,6 +32,7 @@ struct ModelBenchOptions {
   int64_t decode_prompt = 32;                   // prompt tokens of every decode sequence
   int64_t page_size = 256;                      // KV cache page size
   bool step_graphs = true;                      // decode steps replay CUDA graphs (EngineOptions::step_graphs)
+  std::string int8_activations = "off";         // --int8-activations off|auto|on (kernels/int8_activations.h)
   std::string json_path;                        // empty = no JSON file
   std::string markdown_path;                    // empty = no markdown file
   std::vector<std::string> argv;                // the command line, recorded in the environment

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/int8_activations.h"
 #include "kernels/ops.h"
 #include "kernels/sampling.h"
 #include "kernels/tensor.h"
@@ -49,6 +50,10 @@ struct LinearWeights {
   Exl3Weight exl3;           // device tensors when the backend keeps the trellis
   Tensor dense;
   Tensor bias;               // F32 [out_features] on the device, or undefined
+  // CPU backend with int8 activations on, for the EXL3 linears they may apply to: the inner weight
+  // Wq as F32 [exl3.k, exl3.n] in place of `dense` (exl3 then holds k, n, bits, codebook, suh and
+  // svh, no trellis).
+  Tensor inner;
   uint64_t bytes = 0;        // device bytes this linear holds
 };
 
@@ -268,5 +273,16 @@ class Backend {
 // The CPU backend: fp32 activations and KV cache, EXL3 weights dequantized at load, BLAS for
 // matmul and attention. cap_bytes 0 = no cap.
 std::unique_ptr<Backend> make_cpu_backend(uint64_t cap_bytes = 0);
+
+struct CpuBackendOptions {
+  uint64_t cap_bytes = 0;  // 0 = no cap
+  // Not kOff: the EXL3 linears int8 activations may apply to (MUL1, a width the mode allows) keep
+  // their inner weight Wq (F32) and suh/svh instead of the folded W, about the same bytes. Their
+  // linear() calls run x ⊙ suh, the Hadamard transforms and Wq step by step; the calls where
+  // use_int8_activations(mode, bits, codebook, rows) holds quantize the transformed input as the
+  // spec says (kernels/ref/int8_activations_ref.h), as the CUDA backend's few-rows kernel does.
+  Int8Activations int8_activations = Int8Activations::kOff;
+};
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options);
 
 }  // namespace exl3

@@ -22,6 +22,9 @@ uint16_t exl3_codebook_ref(uint16_t state, Codebook codebook);
 // Decodes packed trellis tiles (I16 [k/16, n/16, 16*bits]) into the inner weight Wq
 // (F16 [k, n], rows = input features). bits in 1..8. Bit-exact (§4, §6).
 Tensor exl3_decode_ref(const Tensor& trellis, int bits, Codebook codebook);
+// The 16-bit trellis state of every weight of the same tiles, row-major [k, n] like
+// exl3_decode_ref's output (which is the codebook of each state).
+std::vector<uint16_t> exl3_decode_states_ref(const Tensor& trellis, int bits);
 
 // In-place 128-point Walsh-Hadamard transform of every consecutive 128-block of each row of a
 // row-major [rows, cols] fp32 matrix, scaled by 1/sqrt(128). cols % 128 == 0.

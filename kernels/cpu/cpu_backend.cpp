@@ -1,6 +1,7 @@
 // The CPU backend: host memory with an optional cap, fp32 activations and KV cache, EXL3 weights
-// dequantized to fp32 at load and multiplied through BLAS. Every op checks its contract and calls
-// the loops in kernels/cpu/.
+// dequantized to fp32 at load and multiplied through BLAS (with int8 activations on, the EXL3
+// linears they may apply to keep the decoded inner weight instead: exl3_inner_linear.cpp). Every op
+// checks its contract and calls the loops in kernels/cpu/.
 #include <atomic>
 #include <cstring>
 
@@ -35,7 +36,10 @@ CpuPagedBatch paged_batch(const StepMeta& m) {
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(uint64_t cap) : cap_(cap), live_(std::make_shared<std::atomic<uint64_t>>(0)) {}
+  explicit CpuBackend(const CpuBackendOptions& options)
+      : cap_(options.cap_bytes),
+        int8_activations_(options.int8_activations),
+        live_(std::make_shared<std::atomic<uint64_t>>(0)) {}
 
   Device device() const override { return Device::kCpu; }
   std::string description() const override { return "cpu (fp32, OpenBLAS)"; }
@@ -76,6 +80,21 @@ class CpuBackend final : public Backend {
     LinearWeights w;
     w.in_features = h.in_features;
     w.out_features = h.out_features;
+    if (h.is_exl3 && h.in_features > 0 && h.out_features > 0 &&
+        use_int8_activations(int8_activations_, h.exl3.bits, h.exl3.codebook, 1)) {
+      EXL3_RETURN_IF_ERROR(prepare_inner(h.exl3, name, w));
+    } else {
+      EXL3_RETURN_IF_ERROR(prepare_dense(h, name, w));
+    }
+    if (h.bias.defined()) {
+      EXL3_ASSIGN_OR_RETURN(w.bias, prepare_tensor(h.bias, DType::kF32, name));
+      w.bytes += w.bias.nbytes();
+    }
+    return w;
+  }
+
+  // The folded W = diag(suh) · BD(H) · Wq · BD(H) · diag(svh) as F32 [in, out].
+  absl::Status prepare_dense(const HostLinear& h, const std::string& name, LinearWeights& w) {
     EXL3_ASSIGN_OR_RETURN(w.dense, allocate(DType::kF32, {h.in_features, h.out_features}, name));
     float* dst = static_cast<float*>(w.dense.mutable_raw());
     if (h.in_features > 0 && h.out_features > 0) {
@@ -94,11 +113,24 @@ class CpuBackend final : public Backend {
       }
     }
     w.bytes = w.dense.nbytes();
-    if (h.bias.defined()) {
-      EXL3_ASSIGN_OR_RETURN(w.bias, prepare_tensor(h.bias, DType::kF32, name));
-      w.bytes += w.bias.nbytes();
-    }
-    return w;
+    return absl::OkStatus();
+  }
+
+  // An EXL3 linear int8 activations may apply to: Wq decoded to F32 [k, n] and suh, svh kept
+  // instead of the folded W (about the same bytes, so the planner's price holds). linear() runs
+  // every call through them (exl3_inner_linear_cpu), with int8 activations where the rule says.
+  absl::Status prepare_inner(const Exl3Weight& e, const std::string& name, LinearWeights& w) {
+    w.is_exl3 = true;
+    w.exl3.k = e.k;
+    w.exl3.n = e.n;
+    w.exl3.bits = e.bits;
+    w.exl3.codebook = e.codebook;
+    EXL3_ASSIGN_OR_RETURN(w.inner, allocate(DType::kF32, {e.k, e.n}, name + " (inner weight Wq)"));
+    upload(exl3_decode_inner_cpu(e), w.inner);
+    EXL3_ASSIGN_OR_RETURN(w.exl3.suh, prepare_tensor(e.suh, DType::kF16, name + " suh"));
+    EXL3_ASSIGN_OR_RETURN(w.exl3.svh, prepare_tensor(e.svh, DType::kF16, name + " svh"));
+    w.bytes = w.inner.nbytes() + w.exl3.suh.nbytes() + w.exl3.svh.nbytes();
+    return absl::OkStatus();
   }
 
   absl::StatusOr<Tensor> prepare_tensor(const Tensor& host, DType dtype, const std::string& name) override {
@@ -170,6 +202,15 @@ class CpuBackend final : public Backend {
     if (m == 0 || w.out_features == 0) return;
     if (w.in_features == 0) {
       std::memset(out, 0, y.nbytes());
+    } else if (w.inner.defined()) {
+      // Bias included.
+      const auto* suh = static_cast<const uint16_t*>(w.exl3.suh.raw());
+      const auto* svh = static_cast<const uint16_t*>(w.exl3.svh.raw());
+      exl3_inner_linear_cpu(static_cast<const float*>(x.raw()), m, w.in_features,
+                            static_cast<const float*>(w.inner.raw()), w.exl3.k, w.exl3.n, suh, svh,
+                            w.bias.defined() ? static_cast<const float*>(w.bias.raw()) : nullptr, w.out_features,
+                            use_int8_activations(int8_activations_, w.exl3.bits, w.exl3.codebook, m), out);
+      return;
     } else {
       matmul_cpu(static_cast<const float*>(x.raw()), static_cast<const float*>(w.dense.raw()), out, m, w.in_features,
                  w.out_features);
@@ -272,11 +313,20 @@ class CpuBackend final : public Backend {
 
  private:
   const uint64_t cap_;
+  const Int8Activations int8_activations_;
   std::shared_ptr<std::atomic<uint64_t>> live_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cpu_backend(uint64_t cap_bytes) { return std::make_unique<CpuBackend>(cap_bytes); }
+std::unique_ptr<Backend> make_cpu_backend(uint64_t cap_bytes) {
+  CpuBackendOptions o;
+  o.cap_bytes = cap_bytes;
+  return make_cpu_backend(o);
+}
+
+std::unique_ptr<Backend> make_cpu_backend(const CpuBackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
 
 }  // namespace exl3

@@ -56,5 +56,18 @@ void attention_cpu(const float* q, const PagedKv& cache, const CpuPagedBatch& ba
 
 // The represented EXL3 weight W (F32 [k, n]) of exl3-format.md §3, computed in fp32 at load.
 Tensor exl3_dequantize_cpu(const Exl3Weight& w);
+// The inner weight Wq (F32 [k, n]): the trellis decoded, each value the fp16 of exl3_decode_ref.
+Tensor exl3_decode_inner_cpu(const Exl3Weight& w);
+// Unnormalised 128-point Walsh-Hadamard transform of every 128-block of each row of m [rows, cols].
+void wht128_rows_cpu(float* m, int64_t rows, int64_t cols);
+
+// An EXL3 linear through its decoded inner weight: a = had128(x ⊙ suh) / sqrt(128) with x
+// zero-padded to k inputs; with int8_activations the product x ⊙ suh and a are rounded to fp16 and
+// a is replaced by its int8 quantize-dequantize (int8_quantize_dequantize_ref); then c = a · Wq
+// (BLAS), y = (had128(c) / sqrt(128) ⊙ svh)[:, :out_features] (+ bias). x [m, in_features], wq F32
+// [k, n], suh F16 bits [k], svh F16 bits [n], bias F32 [out_features] or null, y [m, out_features].
+void exl3_inner_linear_cpu(const float* x, int64_t m, int64_t in_features, const float* wq, int64_t k, int64_t n,
+                           const uint16_t* suh, const uint16_t* svh, const float* bias, int64_t out_features,
+                           bool int8_activations, float* y);
 
 }  // namespace exl3

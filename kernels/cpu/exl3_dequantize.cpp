@@ -1,7 +1,8 @@
 // CPU backend EXL3 weight expansion at load: the trellis is decoded through a 65536-entry table of
 // the tile's codebook (fp32 arithmetic that is exact, so one rounding to fp16 as on the GPU), then
 // the represented weight W = diag(suh) · BD(H) · Wq · BD(H) · diag(svh) is formed in fp32
-// (exl3-format.md §3–§5). The CPU backend multiplies with W through BLAS afterwards.
+// (exl3-format.md §3–§5). The CPU backend multiplies with W through BLAS afterwards (or, for int8
+// activations, with the decoded Wq itself: exl3_int8_linear.cpp).
 #include <array>
 #include <cmath>
 #include <mutex>
@@ -49,24 +50,6 @@ const std::vector<float>& codebook_table(Codebook cb) {
   return tables[i];
 }
 
-// Unnormalised 128-point WHT of every 128-block of a row.
-void wht_rows(float* m, int64_t rows, int64_t cols) {
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t b = 0; b < cols; b += kBlock) {
-      float* v = m + r * cols + b;
-      for (int64_t h = 1; h < kBlock; h *= 2) {
-        for (int64_t g = 0; g < kBlock; g += 2 * h) {
-          for (int64_t i = g; i < g + h; ++i) {
-            const float a = v[i], c = v[i + h];
-            v[i] = a + c;
-            v[i + h] = a - c;
-          }
-        }
-      }
-    }
-  }
-}
-
 // Unnormalised WHT down the columns within each 128-row block (rows are the butterfly elements).
 void wht_columns(float* m, int64_t rows, int64_t cols) {
   for (int64_t b = 0; b < rows; b += kBlock) {
@@ -88,7 +71,24 @@ void wht_columns(float* m, int64_t rows, int64_t cols) {
 
 }  // namespace
 
-Tensor exl3_dequantize_cpu(const Exl3Weight& w) {
+void wht128_rows_cpu(float* m, int64_t rows, int64_t cols) {
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t b = 0; b < cols; b += kBlock) {
+      float* v = m + r * cols + b;
+      for (int64_t h = 1; h < kBlock; h *= 2) {
+        for (int64_t g = 0; g < kBlock; g += 2 * h) {
+          for (int64_t i = g; i < g + h; ++i) {
+            const float a = v[i], c = v[i + h];
+            v[i] = a + c;
+            v[i + h] = a - c;
+          }
+        }
+      }
+    }
+  }
+}
+
+Tensor exl3_decode_inner_cpu(const Exl3Weight& w) {
   EXL3_CHECK(w.k > 0 && w.k % kBlock == 0 && w.n > 0 && w.n % kBlock == 0 && w.bits >= 1 && w.bits <= 8,
              "EXL3 weight k=", w.k, " n=", w.n, " bits=", w.bits);
   EXL3_CHECK(w.trellis.shape() == Shape({w.k / 16, w.n / 16, 16 * w.bits}), "trellis ",
@@ -118,7 +118,13 @@ Tensor exl3_dequantize_cpu(const Exl3Weight& w) {
       }
     }
   }
-  wht_rows(m, w.k, w.n);
+  return out;
+}
+
+Tensor exl3_dequantize_cpu(const Exl3Weight& w) {
+  Tensor out = exl3_decode_inner_cpu(w);
+  float* m = out.mutable_data<float>();
+  wht128_rows_cpu(m, w.k, w.n);
   wht_columns(m, w.k, w.n);
   const uint16_t* suh = static_cast<const uint16_t*>(w.suh.raw());
   const uint16_t* svh = static_cast<const uint16_t*>(w.svh.raw());

@@ -76,7 +76,8 @@ class CudaBackend final : public Backend {
       : device_(options.device),
         description_(std::move(description)),
         allocator_(std::move(label), options.cap_bytes),
-        workspace_bytes_(options.cublas_workspace_bytes) {}
+        workspace_bytes_(options.cublas_workspace_bytes),
+        int8_activations_(options.int8_activations) {}
 
   ~CudaBackend() override {
     cudaSetDevice(device_);
@@ -278,6 +279,7 @@ class CudaBackend final : public Backend {
     c.scratch_rows = scratch_rows_;
     c.scratch_features = scratch_features_;
     c.dequant_staging = static_cast<__half*>(dequant_staging_.get());
+    c.int8_activations = int8_activations_;
     return c;
   }
 
@@ -770,6 +772,7 @@ class CudaBackend final : public Backend {
   std::string description_;
   DeviceAllocator allocator_;
   size_t workspace_bytes_;
+  Int8Activations int8_activations_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   std::shared_ptr<void> workspace_;

@@ -30,6 +30,9 @@ struct CudaBackendOptions {
   // own default workspace, which is then not counted (tests with tiny caps only).
   size_t cublas_workspace_bytes = size_t{32} << 20;
   std::string label;  // prefixes allocator messages, e.g. "rank 1"; empty = "cuda:<device>"
+  // EXL3 matmuls where use_int8_activations(mode, bits, codebook, rows) holds quantize their
+  // transformed input to int8 (kernels/int8_activations.h).
+  Int8Activations int8_activations = Int8Activations::kOff;
 };
 
 // Selects `device` for the calling thread, creates the stream, the cuBLAS handle, the pinned

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_checks.h"
 #include "kernels/cuda/dense_linear.h"
 #include "kernels/cuda/exl3_decode.cuh"
+#include "kernels/cuda/exl3_decode_gemm.h"
 #include "kernels/cuda/exl3_linear.cuh"
 
 namespace exl3 {
@@ -54,12 +55,19 @@ Exl3LinearParams checked_linear(const CudaLinearContext& ctx, const LinearWeight
   p.scratch_a = ctx.scratch_a;
   p.scratch_c = ctx.scratch_c;
   p.scratch_c_floats = ctx.scratch_rows * ctx.scratch_features;
+  p.int8_activations = use_int8_activations(ctx.int8_activations, e.bits, e.codebook, m);
   return p;
 }
 
-// scratch_c = scratch_a · Wq for a long prefill: Wq decoded into the fp16 staging rows chunk by
-// chunk, each chunk multiplied through cuBLAS and accumulated into scratch_c.
+// A long prefill through cuBLAS. From kDecodeGemmMinRows rows on: W decoded into the original basis
+// and multiplied with x as is (exl3_decode_gemm.h). Below: scratch_c = scratch_a · Wq with Wq decoded
+// into the fp16 staging rows chunk by chunk, each chunk multiplied through cuBLAS and accumulated
+// into scratch_c, between the input and output transforms.
 void exl3_linear_through_cublas(const CudaLinearContext& ctx, const Exl3LinearParams& p) {
+  if (p.m >= kDecodeGemmMinRows) {
+    launch_exl3_decode_gemm(p, {ctx.cublas, ctx.dequant_staging, kDequantChunkBytes}, ctx.stream);
+    return;
+  }
   launch_exl3_input_transform(p, ctx.stream);
   const int64_t chunk_rows = std::max<int64_t>(
       16, static_cast<int64_t>(kDequantChunkBytes / (static_cast<uint64_t>(p.n) * sizeof(__half))) / 16 * 16);

@@ -32,6 +32,7 @@ struct CudaLinearContext {
   float* scratch_c = nullptr;
   int64_t scratch_rows = 0, scratch_features = 0;
   __half* dequant_staging = nullptr;
+  Int8Activations int8_activations = Int8Activations::kOff;  // CudaBackendOptions::int8_activations
 };
 
 // Backend::linear: y = x · w (+ bias), checked as the Backend contract says.

@@ -29,13 +29,15 @@ __device__ __forceinline__ void wait_for_prerequisites() {
 // Whether the current device runs dependent launches (compute capability 9.0 or newer).
 bool dependent_launch_supported();
 
-// kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent launch where supported.
+// kernel<<<grid, block, smem_bytes, stream>>>(args...) as a programmatic dependent launch where
+// supported.
 template <typename... KernelArgs, typename... Args>
-void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+void launch_dependent_smem(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem_bytes,
+                           cudaStream_t stream, Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = smem_bytes;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -43,6 +45,12 @@ void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, cuda
   config.attrs = &attribute;
   config.numAttrs = dependent_launch_supported() ? 1 : 0;
   EXL3_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+// kernel<<<grid, block, 0, stream>>>(args...) as a programmatic dependent launch where supported.
+template <typename... KernelArgs, typename... Args>
+void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  launch_dependent_smem(kernel, grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace exl3

@@ -28,6 +28,7 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/exl3_gemv_common.cuh"
 #include "kernels/cuda/exl3_gemv_layout.cuh"
 #include "kernels/cuda/exl3_gemv_plan.h"
 #include "kernels/cuda/exl3_tile.cuh"
@@ -77,36 +78,6 @@ __device__ __forceinline__ int doubled_word(int r, int kk) {
 constexpr float kMul1Inv = 0.00676727294921875f;  // fp16 0x1EEE
 constexpr float kMul1Bias = -10.3828125f;         // fp16 0xC931
 
-// One launch serves up to kMaxProblems linears of the same input (q/k/v, gate/up): blocks
-// [block_begin, block_begin + blocks) of every slice belong to one problem.
-
-struct GemvProblem {
-  const __half* suh;        // linear only
-  const uint32_t* trellis;  // tiles as stream words (§4.2)
-  float* c;                 // linear: partials [slices, m, n]; bare: C [m, n]
-  int64_t n;
-  int block_begin;
-  int blocks;
-};
-
-struct GemvArgs {
-  const __half* x;          // linear: x [m, in_features]; bare: A [m, k]
-  int m;
-  int64_t in_features;
-  int64_t k;
-  int tiles_per_slice;      // multiple of kSliceTiles
-  int problems;
-  GemvProblem problem[kMaxProblems];
-};
-
-// The problem of this block (selected field by field: no indexing into the parameter array).
-__device__ __forceinline__ GemvProblem block_problem(const GemvArgs& args) {
-  const int b = static_cast<int>(blockIdx.x);
-  const bool second = args.problems > 1 && b >= args.problem[1].block_begin;
-  const bool third = args.problems > 2 && b >= args.problem[2].block_begin;
-  return third ? args.problem[2] : second ? args.problem[1] : args.problem[0];
-}
-
 // Stages the block's slice of A (zeros first, then rows < m; the caller synchronises) and, for
 // MUL1, every row's sum of the staged values. Linear: A = fp16(had128(fp16(x ⊙ suh)) / sqrt(128)),
 // inputs >= in_features as zero, one warp per (row, 128-input block), as
@@ -132,21 +103,7 @@ __device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* 
     const int row = job / blocks;
     const int kk0 = (job % blocks) * wht128::kBlock + wht128::kPerLane * lane;
     float v[wht128::kPerLane];
-#pragma unroll
-    for (int e = 0; e < wht128::kPerLane; ++e) {
-      const int64_t col = k0 + kk0 + e;
-      if constexpr (kLinear) {
-        v[e] = col < args.in_features ? __half2float(__hmul(args.x[row * args.in_features + col], suh[col]))
-                                      : 0.0f;
-      } else {
-        v[e] = __half2float(args.x[row * args.k + col]);
-      }
-    }
-    if constexpr (kLinear) {
-      wht128::transform(v, lane);
-#pragma unroll
-      for (int e = 0; e < wht128::kPerLane; ++e) v[e] *= wht128::kScale;
-    }
+    staged_values<kLinear>(args, suh, row, k0 + kk0, lane, v);
     const int block_words = (row / 16) * num_tiles * kTileWords;
     float sum = 0.0f;
 #pragma unroll
@@ -177,23 +134,10 @@ __device__ __forceinline__ void mma_16816(float (&d)[4], const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const auto dst = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
-}
-
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-
-template <int kPending>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-
 template <int kBits, Codebook kCodebook, int kMBlocks, bool kLinear>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_kernel(GemvArgs args) {
-  constexpr int kWords = trellis::tile_words(kBits);
-  constexpr int kChunksPerTile = kWords / 4;  // 16-byte cp.async chunks
-  constexpr int kStageWords = kStageTiles * kWords;
+  using Ring = TrellisRing<kBits>;
+  constexpr int kWords = Ring::kWords;
   static_assert(kSliceTiles % kStageTiles == 0);
 
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
@@ -202,74 +146,26 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
   const int in_group = lane % 4;  // mma threadID_in_group
 
   const GemvProblem pr = block_problem(args);
-  const int64_t tiles_n = pr.n / kTileSize;
-  const int64_t tk_begin = static_cast<int64_t>(blockIdx.y) * args.tiles_per_slice;
-  // k is a multiple of 128, so every slice holds a multiple of kSliceTiles tiles.
-  const int num_tiles = static_cast<int>(std::min<int64_t>(args.tiles_per_slice, args.k / kTileSize - tk_begin));
-  // The warps of all blocks of a slice take its n-tiles in turn: warp w of the slice handles
-  // n-tiles w, w + W, w + 2W, ... (W warps per slice), each over the whole slice.
-  const int64_t slice_warps = static_cast<int64_t>(pr.blocks) * kWarps;
-  const int64_t first_tn = static_cast<int64_t>(static_cast<int>(blockIdx.x) - pr.block_begin) * kWarps + warp;
-  const int my_tiles_n = first_tn < tiles_n ? static_cast<int>((tiles_n - 1 - first_tn) / slice_warps + 1) : 0;
+  const WarpWork work = warp_work(args, pr, warp);
 
   constexpr bool kDoubled = doubled_k<kCodebook, kMBlocks>();
   constexpr bool kMul1 = kCodebook == Codebook::kMul1;
   constexpr int kTileFrags = staged_words_per_tile(kDoubled) / 4;  // uint4 per staged tile
-  constexpr int kStages = ring_stages(kBits);
   __shared__ __align__(16) uint32_t ring[kWarps][ring_words(kBits)];
   __shared__ __align__(16) uint32_t staged[kMBlocks * max_tiles_per_slice(kBits, kMBlocks, kDoubled) * kFragmentWords *
                                            (kDoubled ? 2 : 1)];
   __shared__ float row_sums[kMul1 ? 16 * kMBlocks : 1];
 
-  // One stream of stages per warp: kStageTiles k-tiles of one n-tile each, n-tile after n-tile.
-  // The ring slot of stage s is s % kStages; the loop below runs kStages stages per iteration so
-  // that every slot offset is a constant and every address an immediate from a per-lane base.
-  const int stages_per_tn = num_tiles / kStageTiles;
-  const int num_stages = stages_per_tn * my_tiles_n;
-  // Offsets within a slice stay below 2^32 words (checked at launch).
-  const uint32_t* column = pr.trellis + (tk_begin * tiles_n + first_tn) * kWords;
-  const auto tile_stride = static_cast<uint32_t>(tiles_n * kWords);
-  const uint32_t stage_stride = kStageTiles * tile_stride;
-  // From the end of one n-tile's column to the start of the warp's next n-tile.
-  const int64_t next_tn_jump = slice_warps * kWords - static_cast<int64_t>(stages_per_tn) * stage_stride;
-  // This lane's 16-byte chunks of a stage: addresses of the next stage to issue, and offsets in
-  // a ring slot.
-  constexpr int kChunks = kStageTiles * kChunksPerTile;
-  constexpr int kChunksPerLane = (kChunks + kWarpSize - 1) / kWarpSize;
-  const uint32_t* src[kChunksPerLane];
-  uint32_t* dst[kChunksPerLane];
-#pragma unroll
-  for (int c = 0; c < kChunksPerLane; ++c) {
-    const int chunk = (lane + c * kWarpSize) % kChunks;
-    const int i = chunk / kChunksPerTile;
-    const int word = (chunk % kChunksPerTile) * 4;
-    src[c] = column + static_cast<uint32_t>(i) * tile_stride + static_cast<uint32_t>(word);
-    dst[c] = ring[warp] + i * kWords + word;
-  }
-  int issued_in_tn = 0;  // stages of the current n-tile issued so far
-  const auto issue = [&](int slot) {  // the next stage, into `slot`
-#pragma unroll
-    for (int c = 0; c < kChunksPerLane; ++c) {
-      if (kChunks % kWarpSize == 0 || lane + c * kWarpSize < kChunks) cp_async16(dst[c] + slot * kStageWords, src[c]);
-      src[c] += stage_stride;
-    }
-    if (++issued_in_tn == stages_per_tn) {
-      issued_in_tn = 0;
-#pragma unroll
-      for (int c = 0; c < kChunksPerLane; ++c) src[c] += next_tn_jump;
-    }
-  };
+  Ring stream(pr, work, ring[warp], lane);
+  const int num_stages = stream.stages_per_tn * work.my_tiles_n;
   // The first stages (weights only) are in flight before the kernels this one depends on have
   // finished (dependent launch) and while the block stages its slice of A.
   allow_dependents();
-#pragma unroll
-  for (int stage = 0; stage < kStages - 1; ++stage) {
-    if (stage < num_stages) issue(stage);
-    cp_async_commit();
-  }
+  stream.prime(num_stages);
   wait_for_prerequisites();
 
-  stage_slice<kMBlocks, kLinear, kDoubled, kMul1>(args, pr.suh, tk_begin * kTileSize, num_tiles, staged, row_sums);
+  stage_slice<kMBlocks, kLinear, kDoubled, kMul1>(args, pr.suh, work.tk_begin * kTileSize, work.num_tiles, staged,
+                                                  row_sums);
   __syncthreads();
 
   const trellis::LaneWindow window = trellis::lane_window<kBits>(lane);
@@ -278,14 +174,14 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
   const uint32_t* win2 = ring[warp] + window.word2;
   const uint4* const frags_begin = reinterpret_cast<const uint4*>(staged) + lane;
   const uint4* frags = frags_begin;
+  const int num_tiles = work.num_tiles;
   float acc[kMBlocks][2][4];
 #pragma unroll
   for (int mb = 0; mb < kMBlocks; ++mb) {
 #pragma unroll
     for (int i = 0; i < 8; ++i) acc[mb][i / 4][i % 4] = 0.0f;
   }
-  int64_t tn = first_tn;
-  int done_in_tn = 0;  // stages of the current n-tile consumed
+  int64_t tn = work.first_tn;
 
   // C fragment: registers 0, 1 at (row group, columns 2·in_group + 0, 1), 2, 3 at row group + 8.
   const auto store = [&]() {
@@ -317,67 +213,55 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
     }
   };
 
-  for (int base = 0; base < num_stages; base += kStages) {
+  const auto consume = [&](int slot_words, int) {
 #pragma unroll
-    for (int slot = 0; slot < kStages; ++slot) {
-      const int stage = base + slot;
-      if (stage >= num_stages) break;
-      // Stage `stage` has landed for this lane; the warp barrier publishes every lane's copies and
-      // ends all reads of the slot the next issue overwrites (read one stage ago).
-      cp_async_wait<kStages - 2>();
-      __syncwarp();
-      if (stage + kStages - 1 < num_stages) issue((slot + kStages - 1) % kStages);
-      cp_async_commit();
+    for (int i = 0; i < kStageTiles; ++i) {
+      const int at = slot_words + i * kWords;
+      uint32_t w[3] = {win0[at], win1[at], 0u};
+      if constexpr (trellis::window_words<kBits>() > 2) w[2] = win2[at];
+      uint32_t st[trellis::kPositionsPerLane];
+      trellis::lane_states<kBits>(w, window.shift, st);
+      if constexpr (kDoubled) {
+        // Position j of the lane: k row 2t + (j & 1) + 8·(j >> 1 & 1), column group + 8·(j >> 2).
+        uint32_t hv[trellis::kPositionsPerLane];
 #pragma unroll
-      for (int i = 0; i < kStageTiles; ++i) {
-        const int at = slot * kStageWords + i * kWords;
-        uint32_t w[3] = {win0[at], win1[at], 0u};
-        if constexpr (trellis::window_words<kBits>() > 2) w[2] = win2[at];
-        uint32_t st[trellis::kPositionsPerLane];
-        trellis::lane_states<kBits>(w, window.shift, st);
-        if constexpr (kDoubled) {
-          // Position j of the lane: k row 2t + (j & 1) + 8·(j >> 1 & 1), column group + 8·(j >> 2).
-          uint32_t hv[trellis::kPositionsPerLane];
+        for (int j = 0; j < trellis::kPositionsPerLane; ++j) hv[j] = trellis::decode_halves<kCodebook>(st[j]);
 #pragma unroll
-          for (int j = 0; j < trellis::kPositionsPerLane; ++j) hv[j] = trellis::decode_halves<kCodebook>(st[j]);
-#pragma unroll
-          for (int odd = 0; odd < 2; ++odd) {
-            const uint4 frag = frags[i * kTileFrags + odd * kWarpSize];
-            const uint32_t a[4] = {frag.x, frag.y, frag.z, frag.w};
-            mma_16816(acc[0][0], a, hv[odd], hv[odd + 2]);
-            mma_16816(acc[0][1], a, hv[odd + 4], hv[odd + 6]);
-          }
-        } else {
-          uint32_t b[4];
-#pragma unroll
-          for (int j = 0; j < 4; ++j) {
-            b[j] = kMul1 ? trellis::mul1_codes(st[2 * j], st[2 * j + 1])
-                         : trellis::decode_pair<kCodebook>(st[2 * j], st[2 * j + 1]);
-          }
-#pragma unroll
-          for (int mb = 0; mb < kMBlocks; ++mb) {
-            const uint4 frag = frags[(mb * num_tiles + i) * kTileFrags];
-            const uint32_t a[4] = {frag.x, frag.y, frag.z, frag.w};
-            mma_16816(acc[mb][0], a, b[0], b[1]);
-            mma_16816(acc[mb][1], a, b[2], b[3]);
-          }
+        for (int odd = 0; odd < 2; ++odd) {
+          const uint4 frag = frags[i * kTileFrags + odd * kWarpSize];
+          const uint32_t a[4] = {frag.x, frag.y, frag.z, frag.w};
+          mma_16816(acc[0][0], a, hv[odd], hv[odd + 2]);
+          mma_16816(acc[0][1], a, hv[odd + 4], hv[odd + 6]);
         }
-      }
-      frags += kStageTiles * kTileFrags;
-      if (++done_in_tn == stages_per_tn) {
-        store();
-        done_in_tn = 0;
-        frags = frags_begin;
-        tn += slice_warps;
+      } else {
+        uint32_t b[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          b[j] = kMul1 ? trellis::mul1_codes(st[2 * j], st[2 * j + 1])
+                       : trellis::decode_pair<kCodebook>(st[2 * j], st[2 * j + 1]);
+        }
 #pragma unroll
         for (int mb = 0; mb < kMBlocks; ++mb) {
-#pragma unroll
-          for (int i = 0; i < 8; ++i) acc[mb][i / 4][i % 4] = 0.0f;
+          const uint4 frag = frags[(mb * num_tiles + i) * kTileFrags];
+          const uint32_t a[4] = {frag.x, frag.y, frag.z, frag.w};
+          mma_16816(acc[mb][0], a, b[0], b[1]);
+          mma_16816(acc[mb][1], a, b[2], b[3]);
         }
       }
     }
-  }
-  cp_async_wait<0>();
+    frags += kStageTiles * kTileFrags;
+  };
+  const auto end_tn = [&]() {
+    store();
+    frags = frags_begin;
+    tn += work.slice_warps;
+#pragma unroll
+    for (int mb = 0; mb < kMBlocks; ++mb) {
+#pragma unroll
+      for (int i = 0; i < 8; ++i) acc[mb][i / 4][i % 4] = 0.0f;
+    }
+  };
+  stream_stages(stream, num_stages, consume, end_tn);
 }
 
 // Shares the plan's blocks per slice out to the problems in proportion to their n-tiles (at least
@@ -469,8 +353,9 @@ bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch
   if (ps.empty() || static_cast<int>(ps.size()) > kMaxProblems || !same_kind(ps)) return false;
   const Exl3LinearParams& p = ps[0];
   if (p.m < 1 || p.m > kGemvMaxRows || p.k <= 0 || p.n <= 0) return false;
+  if (p.int8_activations && (p.codebook != Codebook::kMul1 || p.m > kInt8MaxGroups * kInt8GroupRows)) return false;
   const int64_t k_tiles = p.k / kTileSize;
-  const int max_tiles = max_tiles_per_slice(p.bits, m_blocks(p.m), doubled(p.codebook, p.m));
+  const int max_tiles = slice_tile_limit(p.m, p.bits, p.codebook, p.int8_activations);
   const int64_t min_slices = (k_tiles + max_tiles - 1) / max_tiles;
   return scratch_floats >= min_slices * p.m * total_columns(ps);
 }
@@ -490,10 +375,17 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
     check_gemv_shape(p.m, p.k, p.n, p.bits, sm_count);
     EXL3_CHECK(reinterpret_cast<uintptr_t>(p.trellis) % 16 == 0, "trellis must be 16-byte aligned");
   }
+  const bool int8 = p0.int8_activations;
+  EXL3_CHECK(!int8 || (p0.codebook == Codebook::kMul1 && p0.m <= kInt8MaxGroups * kInt8GroupRows),
+             "int8 activations take MUL1 weights and at most ", kInt8MaxGroups * kInt8GroupRows, " rows, got codebook ",
+             static_cast<int>(p0.codebook), " and ", p0.m, " rows");
+  for (const Exl3LinearParams& p : ps) {
+    EXL3_CHECK(p.int8_activations == int8, "grouped linears must agree on int8 activations");
+  }
   const int64_t columns = total_columns(ps);
   const int64_t max_slices = std::min<int64_t>(65535, scratch_floats / (p0.m * columns));
-  const GemvGrid plan = plan_grid(columns / kTileSize, p0.k / kTileSize, sm_count, resident_blocks(p0.m), max_slices,
-                                  max_tiles_per_slice(p0.bits, m_blocks(p0.m), doubled(p0.codebook, p0.m)));
+  const GemvGrid plan = plan_grid(columns / kTileSize, p0.k / kTileSize, sm_count, resident_blocks(p0.m, p0.bits, int8),
+                                  max_slices, slice_tile_limit(p0.m, p0.bits, p0.codebook, int8));
   EXL3_CHECK(plan.slices >= 1 && plan.slices <= max_slices, "scratch (", scratch_floats,
              " floats) cannot hold the partial products of [", p0.m, ", ", columns, "] these linears need");
   GemvArgs args{};
@@ -515,7 +407,13 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
     out.output[i] = {partials, p.svh, p.bias, p.y, p.y_f32, p.n, p.out_features};
     partials += plan.slices * p.m * p.n;
   }
-  launch<true>(args, p0.bits, p0.codebook, plan, stream);
+  if (int8) {
+    const int blocks = assign_blocks(args, plan);
+    launch_exl3_gemv_int8(args, p0.bits, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices)),
+                          stream);
+  } else {
+    launch<true>(args, p0.bits, p0.codebook, plan, stream);
+  }
   launch_gemv_output(out, stream);
 }
 

@@ -44,6 +44,44 @@ __host__ __device__ constexpr int max_tiles_per_slice(int bits, int m_blocks, bo
 }
 static_assert(max_tiles_per_slice(8, 4, false) >= kSliceTiles && max_tiles_per_slice(8, 1, true) >= kSliceTiles);
 
+// The int8 kernel (exl3_gemv_int8.cu) takes rows in groups of 8 (the n of its m16n8k32 products)
+// and streams the trellis in stages of one 128-input block (kSliceTiles tiles). Its shared memory
+// is sized per launch (dynamic): the rings, the staged q (per row 16 words a tile and 16 of
+// padding, which spreads the rows over the banks), and per (group, block, row) a scale and a
+// scaled Σ q, and per row a bias.
+constexpr int kInt8GroupRows = 8;
+constexpr int kInt8MaxGroups = 4;
+constexpr int kMaxSliceBlocks = kMaxTilesPerSlice / kSliceTiles;
+// At most 55 KiB a block, so that 4 blocks (the register limit of one group) fit an SM's 227 KiB
+// with their 1 KiB reserve: measured, a slice long enough to cost a block of residency is slower
+// than more, shorter slices (opted in above 48 KiB).
+constexpr int kInt8SmemWords = 55 * 256;
+
+__host__ __device__ constexpr int int8_groups_of(int m) { return (m + kInt8GroupRows - 1) / kInt8GroupRows; }
+__host__ __device__ constexpr int int8_ring_slots(int bits) { return bits <= 4 ? 3 : 2; }
+__host__ __device__ constexpr int int8_ring_words(int bits) {  // per warp
+  return int8_ring_slots(bits) * kSliceTiles * tile_words(bits);
+}
+__host__ __device__ constexpr int int8_row_words(int tiles) { return 16 * tiles + 16; }
+__host__ __device__ constexpr int int8_side_words(int groups) {
+  return 2 * groups * kMaxSliceBlocks * kInt8GroupRows + groups * kInt8GroupRows;
+}
+__host__ __device__ constexpr int int8_smem_words(int bits, int m, int tiles) {
+  return kWarps * int8_ring_words(bits) + m * int8_row_words(tiles) + int8_side_words(int8_groups_of(m));
+}
+
+// The largest k-slice (whole 128-input blocks, at most kMaxTilesPerSlice tiles) whose shared
+// memory fits kInt8SmemWords.
+__host__ __device__ constexpr int max_tiles_per_slice_int8(int bits, int m) {
+  int tiles = kMaxTilesPerSlice;
+  while (tiles > kSliceTiles && int8_smem_words(bits, m, tiles) > kInt8SmemWords) tiles -= kSliceTiles;
+  return tiles;
+}
+static_assert(int8_smem_words(8, kInt8MaxGroups * kInt8GroupRows, kSliceTiles) <= kInt8SmemWords);
+
+// Blocks per SM the int8 kernel's registers allow (its launch bounds): 4 for one group of rows.
+__host__ __device__ constexpr int int8_blocks_per_sm(int groups) { return groups == 1 ? 4 : groups == 2 ? 3 : 2; }
+
 // Blocks per SM the registers must allow: 4 (64 registers) for one m-block, fewer where the
 // accumulators of more m-blocks need the room. Shared memory (rings and staged A, 48 KiB) allows 4.
 __host__ __device__ constexpr int blocks_per_sm(int m_blocks) { return m_blocks == 1 ? 4 : m_blocks == 2 ? 3 : 2; }

@@ -20,6 +20,17 @@ int m_blocks(int64_t m) { return static_cast<int>((m + 15) / 16); }
 bool doubled(Codebook codebook, int64_t m) { return codebook != Codebook::kMul1 && m_blocks(m) == 1; }
 int resident_blocks(int64_t m) { return blocks_per_sm(m_blocks(m)); }
 
+int slice_tile_limit(int64_t m, int bits, Codebook codebook, bool int8) {
+  return int8 ? max_tiles_per_slice_int8(bits, static_cast<int>(m)) : max_tiles_per_slice(bits, m_blocks(m), doubled(codebook, m));
+}
+
+int resident_blocks(int64_t m, int bits, bool int8) {
+  if (!int8) return resident_blocks(m);
+  // Registers (the launch bounds) or shared memory (an SM's 227 KiB, 1 KiB of it reserved per block).
+  const int words = int8_smem_words(bits, static_cast<int>(m), max_tiles_per_slice_int8(bits, static_cast<int>(m)));
+  const int by_smem = (227 * 1024) / (words * 4 + 1024);
+  return std::max(1, std::min(int8_blocks_per_sm(int8_groups_of(static_cast<int>(m))), by_smem));
+}
 
 
 GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, int blocks_per_sm, int64_t max_slices,

@@ -14,6 +14,11 @@ int m_blocks(int64_t m);
 bool doubled(Codebook codebook, int64_t m);
 int resident_blocks(int64_t m);
 
+// The kernel a linear of m rows runs (int8: exl3_gemv_int8.cu, else exl3_gemv.cu): the most
+// k-tiles a slice may hold and its resident blocks per SM.
+int slice_tile_limit(int64_t m, int bits, Codebook codebook, bool int8);
+int resident_blocks(int64_t m, int bits, bool int8);
+
 // The launch shape: k-slices of tiles_per_slice tiles (whole kSliceTiles groups, at most
 // max_tiles, at most max_slices slices) and blocks per slice, whose warps share the slice's
 // n-tiles. A block's work is its warps' rounds of n-tiles times the slice length plus a fixed setup

@@ -155,6 +155,8 @@ void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream) {
     launch_exl3_gemv_linear(q, device_sm_count(), stream);
     return;
   }
+  EXL3_CHECK(!p.int8_activations, "int8 activations need the few-rows path, which ", p.m, " rows of a ", p.k, "x",
+             p.n, " linear with ", p.scratch_c_floats, " scratch floats cannot take");
   launch_exl3_input_transform(p, stream);
   Exl3GemmParams gemm;
   gemm.a = p.scratch_a;

@@ -50,6 +50,9 @@ struct Exl3LinearParams {
   // Capacity of scratch_c in floats (at least m·n; 0 reads as m·n). More room lets the GEMV path
   // (m <= 4) keep one partial product per k-slice there instead of adding them with atomics.
   int64_t scratch_c_floats = 0;
+  // The few-rows path quantizes the transformed input to int8 per 128 inputs
+  // (kernels/int8_activations.h): MUL1 only, m <= kInt8ActivationsMaxRows (EXL3_CHECK).
+  bool int8_activations = false;
 };
 
 // Contract: as launch_exl3_gemm plus in_features in 1..k, out_features in 1..n. Numerics follow

@@ -74,27 +74,20 @@ const std::vector<uint16_t>& codebook_table(Codebook codebook) {
 
 }  // namespace
 
-Tensor exl3_decode_ref(const Tensor& trellis, int bits, Codebook codebook) {
+std::vector<uint16_t> exl3_decode_states_ref(const Tensor& trellis, int bits) {
   EXL3_CHECK(trellis.dtype() == DType::kI16, "trellis must be I16, got ", dtype_name(trellis.dtype()));
   EXL3_CHECK(trellis.rank() == 3, "trellis must be rank 3, got ", shape_string(trellis.shape()));
   EXL3_CHECK(bits >= 1 && bits <= 8, "bits must be in 1..8, got ", bits);
   EXL3_CHECK(trellis.dim(2) == int64_t{kTileSize} * bits, "trellis shape ",
              shape_string(trellis.shape()), " does not match bits ", bits);
-  EXL3_CHECK(codebook == Codebook::k3Inst || codebook == Codebook::kMcg ||
-                 codebook == Codebook::kMul1,
-             "unknown codebook ", static_cast<int>(codebook));
 
   const int64_t tiles_k = trellis.dim(0);
   const int64_t tiles_n = trellis.dim(1);
-  const int64_t k = tiles_k * kTileSize;
   const int64_t n = tiles_n * kTileSize;
   const int64_t tile_len = trellis.dim(2);
 
-  Tensor out = Tensor::zeros(DType::kF16, {k, n});
-  auto* wq = static_cast<uint16_t*>(out.mutable_raw());
+  std::vector<uint16_t> states(static_cast<size_t>(tiles_k * kTileSize * n));
   const int16_t* src = trellis.data<int16_t>();
-  const std::vector<uint16_t>& decode = codebook_table(codebook);
-
   for (int64_t tk = 0; tk < tiles_k; ++tk) {
     for (int64_t tn = 0; tn < tiles_n; ++tn) {
       const int16_t* tile = src + (tk * tiles_n + tn) * tile_len;
@@ -103,10 +96,24 @@ Tensor exl3_decode_ref(const Tensor& trellis, int bits, Codebook codebook) {
         const TileCoord rc = tile_coord(p);
         const int64_t row = tk * kTileSize + rc.row;
         const int64_t col = tn * kTileSize + rc.col;
-        wq[row * n + col] = decode[trellis_state(words, bits, p)];
+        states[static_cast<size_t>(row * n + col)] = trellis_state(words, bits, p);
       }
     }
   }
+  return states;
+}
+
+Tensor exl3_decode_ref(const Tensor& trellis, int bits, Codebook codebook) {
+  EXL3_CHECK(codebook == Codebook::k3Inst || codebook == Codebook::kMcg ||
+                 codebook == Codebook::kMul1,
+             "unknown codebook ", static_cast<int>(codebook));
+  const std::vector<uint16_t> states = exl3_decode_states_ref(trellis, bits);
+  const int64_t k = trellis.dim(0) * kTileSize;
+  const int64_t n = trellis.dim(1) * kTileSize;
+  Tensor out = Tensor::zeros(DType::kF16, {k, n});
+  auto* wq = static_cast<uint16_t*>(out.mutable_raw());
+  const std::vector<uint16_t>& decode = codebook_table(codebook);
+  for (size_t i = 0; i < states.size(); ++i) wq[i] = decode[states[i]];
   return out;
 }
 

@@ -1,0 +1,218 @@
+// What the two few-rows EXL3 matmul kernels share (exl3_gemv.cu with fp16 activations,
+// exl3_gemv_int8.cu with int8 ones): the launch arguments, how a warp finds its n-tiles, the
+// per-warp cp.async ring that streams trellis words through shared memory, and the input
+// transform of one (row, 128-input block) of the staged A.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/exl3_gemv_layout.cuh"
+#include "kernels/cuda/exl3_gemv_plan.h"
+#include "kernels/cuda/exl3_tile.cuh"
+#include "kernels/cuda/exl3_wht128.cuh"
+
+namespace exl3::gemv {
+
+// One launch serves up to kMaxProblems linears of the same input (q/k/v, gate/up): blocks
+// [block_begin, block_begin + blocks) of every slice belong to one problem.
+struct GemvProblem {
+  const __half* suh;        // linear only
+  const uint32_t* trellis;  // tiles as stream words (§4.2)
+  float* c;                 // linear: partials [slices, m, n]; bare: C [m, n]
+  int64_t n;
+  int block_begin;
+  int blocks;
+};
+
+struct GemvArgs {
+  const __half* x;          // linear: x [m, in_features]; bare: A [m, k]
+  int m;
+  int64_t in_features;
+  int64_t k;
+  int tiles_per_slice;      // multiple of kSliceTiles
+  int problems;
+  GemvProblem problem[kMaxProblems];
+};
+
+// The int8 kernel (exl3_gemv_int8.cu): linear variant, MUL1 only, 1 <= m <= kInt8MaxGroups ·
+// kInt8GroupRows; grid (blocks per slice, slices) with the problems' blocks assigned; writes the
+// same partials as the fp16 linear kernel.
+void launch_exl3_gemv_int8(const GemvArgs& args, int bits, dim3 grid, cudaStream_t stream);
+
+// The problem of this block (selected field by field: no indexing into the parameter array).
+__device__ __forceinline__ GemvProblem block_problem(const GemvArgs& args) {
+  const int b = static_cast<int>(blockIdx.x);
+  const bool second = args.problems > 1 && b >= args.problem[1].block_begin;
+  const bool third = args.problems > 2 && b >= args.problem[2].block_begin;
+  return third ? args.problem[2] : second ? args.problem[1] : args.problem[0];
+}
+
+// 16 bytes from global memory to the shared-space address `dst`.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* gmem) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(gmem) : "memory");
+}
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
+
+// A warp's share of its block's k-slice: the slice's tiles, and the n-tiles the warp walks. The
+// warps of all blocks of a slice take its n-tiles in turn: warp w of the slice handles n-tiles
+// w, w + W, w + 2W, ... (W warps per slice), each over the whole slice.
+struct WarpWork {
+  int64_t tiles_n;       // n-tiles of the problem
+  int64_t tk_begin;      // first k-tile of the slice
+  int num_tiles;         // k-tiles of the slice (a multiple of kSliceTiles: k is a multiple of 128)
+  int64_t slice_warps;   // W
+  int64_t first_tn;      // the warp's first n-tile
+  int my_tiles_n;        // n-tiles the warp handles
+};
+
+__device__ __forceinline__ WarpWork warp_work(const GemvArgs& args, const GemvProblem& pr, int warp) {
+  WarpWork w;
+  w.tiles_n = pr.n / trellis::kTileSize;
+  w.tk_begin = static_cast<int64_t>(blockIdx.y) * args.tiles_per_slice;
+  const int64_t left = args.k / trellis::kTileSize - w.tk_begin;
+  w.num_tiles = static_cast<int>(left < args.tiles_per_slice ? left : args.tiles_per_slice);
+  w.slice_warps = static_cast<int64_t>(pr.blocks) * kWarps;
+  w.first_tn = static_cast<int64_t>(static_cast<int>(blockIdx.x) - pr.block_begin) * kWarps + warp;
+  w.my_tiles_n = w.first_tn < w.tiles_n ? static_cast<int>((w.tiles_n - 1 - w.first_tn) / w.slice_warps + 1) : 0;
+  return w;
+}
+
+// One warp's stream of trellis stages: kTiles k-tiles of one n-tile each, n-tile after n-tile,
+// into ring slots of kStageWords words (kSlots slots, all but one in flight). Offsets within a
+// slice stay below 2^32 words (checked at launch).
+template <int kBits, int kTiles = kStageTiles, int kSlots = ring_stages(kBits)>
+struct TrellisRing {
+  static constexpr int kWords = trellis::tile_words(kBits);
+  static constexpr int kChunksPerTile = kWords / 4;  // 16-byte cp.async chunks
+  static constexpr int kTilesPerStage = kTiles;
+  static constexpr int kStageWords = kTiles * kWords;
+  static constexpr int kStages = kSlots;
+  static constexpr int kRingWords = kSlots * kStageWords;  // per warp
+  static constexpr int kChunks = kTiles * kChunksPerTile;
+  static constexpr int kChunksPerLane = (kChunks + kWarpSize - 1) / kWarpSize;
+
+  // This lane's 16-byte chunks of a stage: addresses of the next stage to issue, and their
+  // shared-space addresses in ring slot 0.
+  const uint32_t* src[kChunksPerLane];
+  uint32_t dst[kChunksPerLane];
+  uint32_t stage_stride;
+  int64_t next_tn_jump;  // from the end of one n-tile's column to the start of the warp's next
+  int stages_per_tn;
+  int issued_in_tn = 0;  // stages of the current n-tile issued so far
+  int lane;
+
+  __device__ __forceinline__ TrellisRing(const GemvProblem& pr, const WarpWork& w, uint32_t* ring, int lane_id)
+      : lane(lane_id) {
+    const uint32_t* column = pr.trellis + (w.tk_begin * w.tiles_n + w.first_tn) * kWords;
+    const auto tile_stride = static_cast<uint32_t>(w.tiles_n * kWords);
+    stage_stride = kTiles * tile_stride;
+    stages_per_tn = w.num_tiles / kTiles;
+    next_tn_jump = w.slice_warps * kWords - static_cast<int64_t>(stages_per_tn) * stage_stride;
+#pragma unroll
+    for (int c = 0; c < kChunksPerLane; ++c) {
+      const int chunk = (lane + c * kWarpSize) % kChunks;
+      const int i = chunk / kChunksPerTile;
+      const int word = (chunk % kChunksPerTile) * 4;
+      src[c] = column + static_cast<uint32_t>(i) * tile_stride + static_cast<uint32_t>(word);
+      dst[c] = static_cast<uint32_t>(__cvta_generic_to_shared(ring + i * kWords + word));
+    }
+  }
+
+  // The next stage, into `slot`.
+  __device__ __forceinline__ void issue(int slot) {
+#pragma unroll
+    for (int c = 0; c < kChunksPerLane; ++c) {
+      if (kChunks % kWarpSize == 0 || lane + c * kWarpSize < kChunks) {
+        cp_async16(dst[c] + static_cast<uint32_t>(slot * kStageWords * 4), src[c]);
+      }
+      src[c] += stage_stride;
+    }
+    if (++issued_in_tn == stages_per_tn) {
+      issued_in_tn = 0;
+#pragma unroll
+      for (int c = 0; c < kChunksPerLane; ++c) src[c] += next_tn_jump;
+    }
+  }
+
+  // The first stages (all but one slot), each committed as its own group.
+  __device__ __forceinline__ void prime(int num_stages) {
+#pragma unroll
+    for (int stage = 0; stage < kStages - 1; ++stage) {
+      if (stage < num_stages) issue(stage);
+      cp_async_commit();
+    }
+  }
+};
+
+// Runs `consume(slot_words, done_in_tn)` on each of the warp's num_stages stages in order, once
+// the stage has landed, keeping the ring full; `end_tn()` after the last stage of every n-tile.
+// The slot loop is unrolled so that every slot offset is a constant.
+template <typename Ring, typename Consume, typename EndTn>
+__device__ __forceinline__ void stream_stages(Ring& ring, int num_stages, Consume&& consume, EndTn&& end_tn) {
+  constexpr int kStages = Ring::kStages;
+  int done_in_tn = 0;  // stages of the current n-tile consumed
+  for (int base = 0; base < num_stages; base += kStages) {
+#pragma unroll
+    for (int slot = 0; slot < kStages; ++slot) {
+      const int stage = base + slot;
+      if (stage >= num_stages) break;
+      // Stage `stage` has landed for this lane; the warp barrier publishes every lane's copies and
+      // ends all reads of the slot the next issue overwrites (read one stage ago).
+      cp_async_wait<kStages - 2>();
+      __syncwarp();
+      if (stage + kStages - 1 < num_stages) ring.issue((slot + kStages - 1) % kStages);
+      cp_async_commit();
+      consume(slot * Ring::kStageWords, done_in_tn);
+      if (++done_in_tn == ring.stages_per_tn) {
+        end_tn();
+        done_in_tn = 0;
+      }
+    }
+  }
+  cp_async_wait<0>();
+}
+
+// The lane's 4 inputs col0 .. col0 + 3 of `row` (col0 = slice start + block + 4·lane) as the
+// staged A starts from them. Linear: fp16(x ⊙ suh), inputs >= in_features as zero. Bare: A.
+template <bool kLinear>
+__device__ __forceinline__ void input_values(const GemvArgs& args, const __half* suh, int row, int64_t col0,
+                                             float (&v)[wht128::kPerLane]) {
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) {
+    const int64_t col = col0 + e;
+    if constexpr (kLinear) {
+      v[e] = col < args.in_features ? __half2float(__hmul(args.x[row * args.in_features + col], suh[col])) : 0.0f;
+    } else {
+      v[e] = __half2float(args.x[row * args.k + col]);
+    }
+  }
+}
+
+// The linear's input transform of one 128-input block spread over the warp (4 values a lane, from
+// input_values): the 128-point Hadamard, × 1/sqrt(128) (as exl3_input_transform_kernel, before its
+// fp16 rounding). Every lane of the warp must call it.
+__device__ __forceinline__ void transform_values(float (&v)[wht128::kPerLane], int lane) {
+  wht128::transform(v, lane);
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) v[e] *= wht128::kScale;
+}
+
+// input_values, then for the linear transform_values: the lane's 4 values of the staged A before
+// their fp16 rounding.
+template <bool kLinear>
+__device__ __forceinline__ void staged_values(const GemvArgs& args, const __half* suh, int row, int64_t col0, int lane,
+                                              float (&v)[wht128::kPerLane]) {
+  input_values<kLinear>(args, suh, row, col0, v);
+  if constexpr (kLinear) transform_values(v, lane);
+}
+
+}  // namespace exl3::gemv
