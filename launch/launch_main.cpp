@@ -33,6 +33,7 @@ int main(int argc, char** argv) {
   std::string gpus, split, mode = "tp";
   std::string step_graphs = "on";
   std::string cache_bits = "16,16";
+  std::string int8_activations = "off";
   int cpu_workers = 0;
   double ready_timeout_s = 120, step_timeout_s = 60;
   CLI::App app{"exl3-launch: serve a Llama-family EXL3 or HF model over one worker per device, with a gRPC API.\n"
@@ -80,9 +81,18 @@ int main(int argc, char** argv) {
                  "precision (F16 on GPUs, F32 on CPU workers). The planner prices pages at these widths, so the same "
                  "--split holds more cache tokens (4,4 stores 4.5 bits per element vs 16)")
       ->capture_default_str();
+  app.add_option("--int8-activations", int8_activations,
+                 exl3::int8_activations_flag_help() + " (the coordinator sends it to every worker)")
+      ->capture_default_str();
   app.add_option("--prefill-chunk", c.prefill_chunk, "Most prompt tokens of one sequence per step")
       ->capture_default_str();
   app.add_option("--decode-steps", c.decode_steps, "Decode iterations per worker command (fewer round trips)")
+      ->capture_default_str();
+  app.add_flag("--step-pipeline,!--no-step-pipeline", c.step_pipeline,
+               "Send each step to the workers while the previous one still runs (decoding sequences continue from "
+               "the tokens sampled on the workers; what a sequence that stopped meanwhile computed is discarded), so "
+               "the workers never wait for a coordinator round trip between steps. Outputs are the same either way; "
+               "--no-step-pipeline: one step at a time. Not used with --draft-model")
       ->capture_default_str();
   app.add_option("--draft-model", c.draft_model_dir,
                  "Speculative decoding: directory of a smaller model with the same tokenizer (e.g. the same model "
@@ -156,6 +166,12 @@ int main(int argc, char** argv) {
     c.cache_bits = *bits;
   } else {
     std::fprintf(stderr, "exl3-launch: %s\n", std::string(bits.status().message()).c_str());
+    return 2;
+  }
+  if (const auto int8 = exl3::parse_int8_activations(int8_activations, "--int8-activations"); int8.ok()) {
+    c.int8_activations = *int8;
+  } else {
+    std::fprintf(stderr, "exl3-launch: %s\n", std::string(int8.status().message()).c_str());
     return 2;
   }
   if (const absl::Status s = exl3::apply_public_api_flags(api_files, c); !s.ok()) {
@@ -264,8 +280,11 @@ int main(int argc, char** argv) {
   if (c.backend == exl3::BackendKind::kCuda) {
     devices = absl::StrCat(c.world_size, " GPU worker(s) on GPU(s) ", absl::StrJoin(o.gpus, ","), " (NCCL)");
   }
-  std::fprintf(stderr, "exl3-launch: model %s, %s, mode %s, max-seq-len %lld, max-batch %lld, cache-bits %s\n",
+  std::fprintf(stderr,
+               "exl3-launch: model %s, %s, mode %s, max-seq-len %lld, max-batch %lld, cache-bits %s, int8-activations "
+               "%s\n",
                c.model_dir.c_str(), devices.c_str(), mode.c_str(), static_cast<long long>(c.max_seq_len),
-               static_cast<long long>(c.max_batch), exl3::kv_cache_bits_name(c.cache_bits).c_str());
+               static_cast<long long>(c.max_batch), exl3::kv_cache_bits_name(c.cache_bits).c_str(),
+               exl3::int8_activations_name(c.int8_activations).c_str());
   return exl3::run_launcher(o);
 }

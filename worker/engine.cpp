@@ -85,7 +85,10 @@ absl::Status Engine::validate(const StepInput& input) const {
     }
   }
   for (const StepSequence& s : input.sequences) {
-    if (s.tokens.empty()) return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, " has no tokens"));
+    if (s.tokens.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, " has no tokens",
+                                                     s.from_last_sample ? " (from_last_sample not filled)" : ""));
+    }
     for (int32_t t : s.tokens) {
       if (t < 0 || t >= vocab) {
         return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": token ", t, " outside [0, ", vocab, ")"));
@@ -278,6 +281,27 @@ absl::StatusOr<StepOutput> Engine::run_step(const StepInput& input) {
     for (size_t i = 0; i < samplers.size(); ++i) sample_rows_of[i] = static_cast<int64_t>(i);
   }
   return out;
+}
+
+absl::Status Engine::take_last_samples(StepInput& input) const {
+  for (const StepSequence& s : input.sequences) {
+    if (!s.from_last_sample) continue;
+    if (!s.tokens.empty() || !s.sample) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": from_last_sample with ", s.tokens.size(),
+                                                     " tokens", s.sample ? "" : " and no sampling"));
+    }
+    auto it = histories_.find(s.seq_id);
+    const int64_t known = it == histories_.end() ? 0 : static_cast<int64_t>(it->second.tokens.size());
+    if (s.start_pos < 0 || known != static_cast<int64_t>(s.start_pos) + 1) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", s.seq_id, ": from_last_sample at position ",
+                                                     s.start_pos, " but this rank knows ", known,
+                                                     " tokens (its last sample is at ", known - 1, ")"));
+    }
+  }
+  for (StepSequence& s : input.sequences) {
+    if (s.from_last_sample) s.tokens.assign(1, histories_.at(s.seq_id).tokens.back());
+  }
+  return absl::OkStatus();
 }
 
 void Engine::release(const std::vector<uint64_t>& seq_ids) {

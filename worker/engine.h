@@ -33,6 +33,9 @@ struct StepSequence {
   // Banned strings: ids banned at this step's first sampled position only (merged into
   // sampling.banned_ids for that draw), strictly increasing. Empty otherwise.
   std::vector<int32_t> banned_now = {};
+  // Pipelined steps: the token to run is the last one this rank sampled for the sequence, which
+  // its history ends with at start_pos (Engine::take_last_samples fills `tokens` with it).
+  bool from_last_sample = false;
 };
 
 struct StepInput {
@@ -99,6 +102,11 @@ class Engine {
   // Validates a step against the engine's state (ids in range, positions consistent with the
   // sequence's history, pages in range) and runs it. A collective failure is returned as is.
   absl::StatusOr<StepOutput> run_step(const StepInput& input);
+  // Fills the tokens of every from_last_sample sequence with the last token this rank sampled for
+  // it (run_step refuses them unfilled). INVALID_ARGUMENT, changing nothing, when such a sequence
+  // carries tokens, does not sample, or its history does not end at start_pos (the coordinator and
+  // this rank disagree on where it stands).
+  absl::Status take_last_samples(StepInput& input) const;
   void release(const std::vector<uint64_t>& seq_ids);
   size_t live_sequences() const { return histories_.size(); }
 

@@ -40,6 +40,11 @@ absl::Status validate_scheduler_config(const SchedulerConfig& c) {
                                                    c.decode_steps, ") when speculative: each decoding sequence "
                                                    "runs its token and its proposals"));
   }
+  if (c.pipeline && c.speculative) {
+    return absl::InvalidArgumentError(
+        "scheduler pipeline and speculative cannot be combined: a speculative round returns a variable number of "
+        "tokens, so the next step cannot be planned before it completes");
+  }
   if (c.max_step_tokens < c.max_batch) {
     return absl::InvalidArgumentError(absl::StrCat("scheduler max_step_tokens (", c.max_step_tokens,
                                                    ") must be >= max_batch (", c.max_batch,
@@ -104,10 +109,20 @@ int32_t Scheduler::reserve_pages(const Sequence& seq) const {
 
 // Pages a sampling sequence needs for the next step: its pending tokens and up to decode_steps - 1
 // fed-back samples, capped the same way.
-int32_t Scheduler::step_pages(const Sequence& seq) const {
+int32_t Scheduler::step_pages(const Sequence& seq, const Position& at) const {
   const int64_t positions =
-      std::min<int64_t>(static_cast<int64_t>(seq.num_known()) + config_.decode_steps - 1, seq.token_limit() - 1);
+      std::min<int64_t>(static_cast<int64_t>(at.known) + config_.decode_steps - 1, seq.token_limit() - 1);
   return pages_for(positions, config_.page_size);
+}
+
+bool Scheduler::entry_applies(const InFlightEntry& entry, const Sequence& seq) const {
+  return seq.running && entry.epoch == seq.epoch && entry.start_pos == seq.num_computed &&
+         (!entry.sample || entry.start_pos + entry.num_tokens == seq.num_known());
+}
+
+Scheduler::Position Scheduler::position(SeqId id, const Sequence& seq) const {
+  if (auto it = ahead_.find(id); it != ahead_.end()) return it->second;
+  return Position{seq.num_computed, seq.num_known(), false, false};
 }
 
 void Scheduler::requeue(SeqId id) {
@@ -121,6 +136,8 @@ void Scheduler::requeue(SeqId id) {
   seq.sent = false;
   running_.erase(id);
   queue_.insert(id);
+  ++seq.epoch;
+  ahead_.erase(id);
   drop_rewind_copies(id, /*only_stale=*/false);
 }
 
@@ -136,8 +153,9 @@ void Scheduler::grow_decodes() {
   for (const SeqId id : ids) {
     if (running_.count(id) == 0) continue;  // preempted for an older sequence
     Sequence& seq = seqs_.at(id);
-    if (seq.num_pending() != 1) continue;  // prefilling: its reserve covers the whole prefill
-    const int32_t need = step_pages(seq) - static_cast<int32_t>(seq.pages.size());
+    const Position at = position(id, seq);
+    if (at.pending() != 1 || at.ends) continue;  // prefilling: its reserve covers the whole prefill
+    const int32_t need = step_pages(seq, at) - static_cast<int32_t>(seq.pages.size());
     if (need <= 0) continue;
     while (need > pages_.available()) {
       const SeqId victim = *running_.rbegin();
@@ -190,7 +208,29 @@ void Scheduler::admit(std::vector<PageCopy>& copies, std::vector<SeqId>& copied)
 }
 
 std::optional<StepPlan> Scheduler::next_step() {
-  EXL3_CHECK(!in_flight_.has_value(), "next_step() while step ", in_flight_->step_id, " is in flight");
+  EXL3_CHECK(steps_in_flight() < max_steps_in_flight(config_), "next_step() while step ",
+             in_flight_.empty() ? 0 : in_flight_.back().step_id, " is in flight");
+  // Pipelining: where the in-flight step leaves the sequences it moves as planned.
+  ahead_.clear();
+  if (!in_flight_.empty()) {
+    const InFlightStep& last = in_flight_.back();
+    for (const InFlightEntry& e : last.entries) {
+      auto it = seqs_.find(e.seq_id);
+      if (it == seqs_.end() || !entry_applies(e, it->second)) continue;
+      const Sequence& seq = it->second;
+      Position at;
+      if (e.sample) {
+        at.known = e.start_pos + e.num_tokens + last.decode_steps;
+        at.computed = at.known - 1;
+        at.from_last_sample = true;
+        at.ends = at.known >= seq.token_limit();
+      } else {
+        at.known = seq.num_known();
+        at.computed = e.start_pos + e.num_tokens;
+      }
+      ahead_[e.seq_id] = at;
+    }
+  }
   grow_decodes();
   StepPlan plan;
   InFlightStep record;
@@ -205,23 +245,30 @@ std::optional<StepPlan> Scheduler::next_step() {
   pages_.unpin_all();
 
   int32_t budget = config_.max_step_tokens;
-  auto add = [&](SeqId id, Sequence& seq, int32_t count) {
+  std::vector<int32_t> sample_limits;  // token_limit - known of each sampling entry
+  auto add = [&](SeqId id, Sequence& seq, const Position& at, int32_t count) {
     SequencePlan entry;
     entry.seq_id = id;
-    entry.tokens.assign(seq.tokens.begin() + seq.num_computed, seq.tokens.begin() + seq.num_computed + count);
-    entry.start_pos = seq.num_computed;
+    if (at.from_last_sample) {
+      EXL3_CHECK(count == 1, "sequence ", id, " continues from its last sample with ", count, " tokens");
+      entry.from_last_sample = true;
+    } else {
+      entry.tokens.assign(seq.tokens.begin() + at.computed, seq.tokens.begin() + at.computed + count);
+    }
+    entry.start_pos = at.computed;
     entry.page_table = seq.pages;
-    entry.sample = seq.num_computed + count == seq.num_known();
+    entry.sample = at.computed + count == at.known;
     entry.sampling = seq.request.sampling;
     entry.prompt_len = seq.prompt_len;
-    if (!seq.sent && seq.num_computed > 0) {
-      entry.history_prefix.assign(seq.tokens.begin(), seq.tokens.begin() + seq.num_computed);
+    if (!seq.sent && at.computed > 0) {
+      entry.history_prefix.assign(seq.tokens.begin(), seq.tokens.begin() + at.computed);
     }
     if (entry.sample) {
-      auto bans = seq.bans.find(seq.num_known() - seq.prompt_len);
+      auto bans = seq.bans.find(at.known - seq.prompt_len);
       if (bans != seq.bans.end()) entry.banned_now = bans->second;
+      sample_limits.push_back(seq.token_limit() - at.known);
     }
-    record.entries.push_back({id, seq.num_computed, count, entry.sample});
+    record.entries.push_back({id, at.computed, count, entry.sample, seq.epoch});
     plan.sequences.push_back(std::move(entry));
     budget -= count;
   };
@@ -229,28 +276,27 @@ std::optional<StepPlan> Scheduler::next_step() {
   // prefill chunks oldest first while the token budget lasts.
   for (const SeqId id : running_) {
     Sequence& seq = seqs_.at(id);
-    if (seq.num_pending() != 1) continue;
-    add(id, seq, 1);
+    const Position at = position(id, seq);
+    if (at.pending() != 1 || at.ends) continue;
+    add(id, seq, at, 1);
     if (config_.speculative) budget -= config_.decode_steps - 1;  // the proposals run too
   }
   for (const SeqId id : running_) {
     Sequence& seq = seqs_.at(id);
-    if (seq.num_pending() <= 1) continue;
-    const int32_t chunk = std::min({seq.num_pending(), config_.prefill_chunk, budget});
+    const Position at = position(id, seq);
+    if (at.pending() <= 1) continue;
+    const int32_t chunk = std::min({at.pending(), config_.prefill_chunk, budget});
     if (chunk <= 0) break;
-    add(id, seq, chunk);
+    add(id, seq, at, chunk);
   }
+  ahead_.clear();
   if (plan.sequences.empty()) {
     EXL3_CHECK(plan.page_copies.empty(), "page copies without a sequence to run");
     return std::nullopt;
   }
 
   int32_t decode_steps = config_.decode_steps;
-  for (const SequencePlan& entry : plan.sequences) {
-    if (!entry.sample) continue;
-    const Sequence& seq = seqs_.at(entry.seq_id);
-    decode_steps = std::min(decode_steps, seq.token_limit() - seq.num_known());
-  }
+  for (const int32_t limit : sample_limits) decode_steps = std::min(decode_steps, limit);
   EXL3_CHECK(decode_steps >= 1, "decode_steps ", decode_steps);
   for (const SequencePlan& entry : plan.sequences) seqs_.at(entry.seq_id).sent = true;
 
@@ -260,7 +306,7 @@ std::optional<StepPlan> Scheduler::next_step() {
   released_.clear();
   record.step_id = plan.step_id;
   record.decode_steps = decode_steps;
-  in_flight_ = std::move(record);
+  in_flight_.push_back(std::move(record));
   return plan;
 }
 
@@ -277,13 +323,13 @@ std::optional<FinishReason> Scheduler::stop_reason(const Sequence& seq, int32_t 
 }
 
 absl::StatusOr<std::vector<SequenceUpdate>> Scheduler::complete_step(const StepOutcome& outcome) {
-  if (!in_flight_.has_value()) {
+  if (in_flight_.empty()) {
     return absl::FailedPreconditionError(absl::StrCat("step ", outcome.step_id, " completed but no step is in flight"));
   }
-  const InFlightStep& step = *in_flight_;
+  const InFlightStep& step = in_flight_.front();
   if (outcome.step_id != step.step_id) {
     return absl::FailedPreconditionError(
-        absl::StrCat("completed step ", outcome.step_id, " but step ", step.step_id, " is in flight"));
+        absl::StrCat("completed step ", outcome.step_id, " but step ", step.step_id, " is the oldest in flight"));
   }
   // Validate everything before changing anything. results[i] belongs to step.entries[i].
   std::vector<const SequenceResult*> results(step.entries.size(), nullptr);
@@ -300,9 +346,13 @@ absl::StatusOr<std::vector<SequenceUpdate>> Scheduler::complete_step(const StepO
     }
     results[i] = &result;
   }
+  // Entries that apply (the others: ended while the step ran, or void, see Pipelining).
+  std::vector<bool> applies(step.entries.size(), false);
   for (size_t i = 0; i < step.entries.size(); ++i) {
     const InFlightEntry& entry = step.entries[i];
-    if (seqs_.count(entry.seq_id) == 0) continue;  // ended while the step ran
+    auto it = seqs_.find(entry.seq_id);
+    applies[i] = it != seqs_.end() && entry_applies(entry, it->second);
+    if (!applies[i]) continue;
     const size_t count = results[i] == nullptr ? 0 : results[i]->token_ids.size();
     if (!entry.sample && count != 0) {
       return absl::InvalidArgumentError(absl::StrCat("step ", step.step_id, ": sequence ", entry.seq_id, " reported ",
@@ -317,9 +367,8 @@ absl::StatusOr<std::vector<SequenceUpdate>> Scheduler::complete_step(const StepO
   std::vector<SequenceUpdate> updates;
   for (size_t i = 0; i < step.entries.size(); ++i) {
     const InFlightEntry& entry = step.entries[i];
-    auto it = seqs_.find(entry.seq_id);
-    if (it == seqs_.end()) continue;
-    Sequence& seq = it->second;
+    if (!applies[i]) continue;
+    Sequence& seq = seqs_.at(entry.seq_id);
     seq.num_computed += entry.num_tokens;
     prompt_tokens_computed_ += std::max(0, std::min(entry.start_pos + entry.num_tokens, seq.prompt_len) - entry.start_pos);
     if (!entry.sample) continue;
@@ -350,19 +399,20 @@ absl::StatusOr<std::vector<SequenceUpdate>> Scheduler::complete_step(const StepO
   ++steps_;
   ++batch_size_counts_[batch];
   largest_batch_ = std::max(largest_batch_, batch);
-  in_flight_.reset();
+  in_flight_.pop_front();
   return updates;
 }
 
 // A sequence admitted (or rewound) with a page copy in the abandoned step relied on that copy:
 // back to the queue, so it is matched again when re-admitted.
 void Scheduler::abandon_step() {
-  if (!in_flight_.has_value()) return;
-  for (const SeqId id : in_flight_->copied) {
+  if (in_flight_.empty()) return;
+  const std::vector<SeqId> copied = in_flight_.front().copied;
+  in_flight_.pop_front();
+  for (const SeqId id : copied) {
     auto it = seqs_.find(id);
     if (it != seqs_.end() && it->second.running) requeue(id);
   }
-  in_flight_.reset();
 }
 
 void Scheduler::end_sequence(SeqId id) {
@@ -391,9 +441,9 @@ void Scheduler::drop_rewind_copies(SeqId id, bool only_stale) {
 absl::Status Scheduler::rewind(SeqId id, int32_t output_tokens, int32_t banned_token) {
   auto it = seqs_.find(id);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("rewind: no live sequence ", id));
-  if (in_flight_.has_value()) {
+  if (steps_in_flight() >= max_steps_in_flight(config_)) {
     return absl::FailedPreconditionError(
-        absl::StrCat("rewind of sequence ", id, " while step ", in_flight_->step_id, " is in flight"));
+        absl::StrCat("rewind of sequence ", id, " while step ", in_flight_.back().step_id, " is in flight"));
   }
   Sequence& seq = it->second;
   const int32_t generated = seq.num_known() - seq.prompt_len;
@@ -424,6 +474,7 @@ absl::Status Scheduler::rewind(SeqId id, int32_t output_tokens, int32_t banned_t
   }
   ++seq.rewinds;
   ++rewinds_;
+  ++seq.epoch;  // its entry in a step in flight (pipeline) is void
   seq.bans.erase(seq.bans.upper_bound(output_tokens), seq.bans.end());
   seq.bans[output_tokens] = std::move(bans);
   seq.tokens.resize(static_cast<size_t>(seq.prompt_len + output_tokens));

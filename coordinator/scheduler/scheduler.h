@@ -3,7 +3,7 @@
 // layer converts a StepPlan into a control-plane Step (worker.proto) and a StepResult back into a
 // StepOutcome.
 //
-// Driving it (one step in flight at a time):
+// Driving it (one step in flight at a time; two with config.pipeline):
 //   submit(validated request)            -> SeqId, or RESOURCE_EXHAUSTED (queue full / never fits)
 //   loop:
 //     plan = next_step()                 -> nullopt when there is nothing to run
@@ -12,6 +12,8 @@
 //     (stream text; on a stop string call finish(id, kStopString); on a banned string
 //      rewind(id, kept output tokens, token to ban))
 //   cancel(id) / finish(id, reason) at any time, also while a step is in flight.
+//   With config.pipeline the caller plans and sends step N + 1 while step N runs (next_step() with
+//   one step in flight) and completes them in order, so the workers never wait for a round trip.
 //
 // Policies (why in scheduler.cpp):
 //  - Admission is strict FIFO by arrival: the oldest queued request is admitted when fewer than
@@ -57,10 +59,25 @@
 //    and later pages that are shared or indexed are given back (they stay cached with their old,
 //    still valid, contents; growth allocates fresh ones). A sequence rewinds at most kMaxRewinds
 //    times.
+//  - Pipelining (config.pipeline): a step planned while step N is in flight plans every sequence
+//    as N will leave it when N runs as planned. A sequence that samples in N continues in N + 1
+//    from the last token the workers sampled for it (SequencePlan.from_last_sample: the scheduler
+//    does not know that token yet), at the position after N's decode_steps tokens; one that surely
+//    ends in N (its token limit) is left out; a prefill continues with its next chunk. When N's
+//    result differs from that (a stop token, EOS or max_new_tokens inside N, a stop string,
+//    cancellation, a rewind or a preemption), the sequence's part of N + 1 is void: its tokens are
+//    dropped when N + 1 completes, a finished sequence's release reaches the workers after N + 1,
+//    and a sequence that goes on is planned again from its real state (explicit tokens, start_pos)
+//    in the step after. Each sequence carries an epoch that rewinds and preemptions bump; an
+//    in-flight entry of an older epoch, or one that no longer starts where the sequence stands, is
+//    void. What N + 1 writes for a void entry lands at positions its sequence has not computed
+//    (never in a shared page, never before an indexed position), in pages that later steps write
+//    before reading, and the workers run steps in order: no KV anyone reads is touched.
 //  - No clocks: the caller timestamps submissions and updates for usage and rates.
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -90,7 +107,13 @@ struct SchedulerConfig {
   // proposals (all count against max_step_tokens) and returns 1..decode_steps tokens.
   bool speculative = false;
   bool prefix_cache = true;        // reuse cached KV pages of common prefixes (exl3-launch --prefix-cache)
+  // Plan the next step while one is in flight (see "Pipelining" above; exl3-launch
+  // --step-pipeline). Not with speculative (a round returns a variable number of tokens).
+  bool pipeline = false;
 };
+
+// Most steps in flight at once: 2 with config.pipeline, else 1.
+inline int32_t max_steps_in_flight(const SchedulerConfig& config) { return config.pipeline ? 2 : 1; }
 
 // INVALID_ARGUMENT naming the field unless every field is >= 1 and max_step_tokens >= max_batch
 // (every running sequence's decode token always fits a step).
@@ -101,8 +124,12 @@ struct SequencePlan {
   SeqId seq_id = 0;
   // Tokens to run at positions start_pos, start_pos + 1, ...: a prefill chunk (of the prompt, or of
   // prompt + generated tokens when recomputing after preemption), or the last sampled token.
+  // Empty when from_last_sample.
   std::vector<int32_t> tokens;
   int32_t start_pos = 0;
+  // Pipelining: the sequence samples in the step in flight before this one; it runs (at start_pos,
+  // as its only token) the last token the workers sampled for it there. tokens is empty.
+  bool from_last_sample = false;
   // Every physical page the sequence holds, in logical order. Covers start_pos + tokens.size()
   // positions, plus decode_steps - 1 when sample is true (sequences with sample = false run only
   // the first iteration).
@@ -205,22 +232,24 @@ class Scheduler {
   absl::StatusOr<SeqId> submit(ValidatedRequest request);
 
   // Admits, grows or preempts as described above and plans the next step, or returns nullopt when
-  // no sequence can run. Must not be called while a step is in flight (checked).
+  // no sequence can run. Must be called with fewer than max_steps_in_flight(config) steps in
+  // flight (checked); with one in flight (pipeline) it plans from the state that step leaves.
   std::optional<StepPlan> next_step();
 
-  bool step_in_flight() const { return in_flight_.has_value(); }
+  bool step_in_flight() const { return !in_flight_.empty(); }
+  int32_t steps_in_flight() const { return static_cast<int32_t>(in_flight_.size()); }
 
-  // Feeds back the tokens sampled by the in-flight step. Every sampling sequence of the plan that
-  // is still live must report 1..decode_steps tokens (the first tokens of its decode iterations);
-  // sequences that were cancelled or finished meanwhile are ignored. Returns one update per live
-  // sampling sequence, in plan order. On error nothing changes: FAILED_PRECONDITION when no step
-  // (or another step) is in flight, INVALID_ARGUMENT for a malformed outcome (the caller may then
-  // abandon_step()).
+  // Feeds back the tokens sampled by the oldest in-flight step. Every sampling sequence of the plan
+  // that is still live (and whose entry is not void, see Pipelining) must report 1..decode_steps
+  // tokens (the first tokens of its decode iterations); sequences that were cancelled or finished
+  // meanwhile, and void entries, are ignored. Returns one update per live sampling sequence, in plan
+  // order. On error nothing changes: FAILED_PRECONDITION when no step (or another step) is the
+  // oldest in flight, INVALID_ARGUMENT for a malformed outcome (the caller may then abandon_step()).
   absl::StatusOr<std::vector<SequenceUpdate>> complete_step(const StepOutcome& outcome);
 
-  // Forgets the in-flight step without applying it, when its workers failed (cancel_all() then
-  // usually follows: restarted workers hold no sequence state). Each sequence keeps its state from
-  // before the step.
+  // Forgets the oldest in-flight step without applying it, when its workers failed (cancel_all()
+  // then usually follows: restarted workers hold no sequence state). Each sequence keeps its state
+  // from before the step (a later in-flight step's entries for them become void).
   void abandon_step();
 
   // End a live sequence (queued, prefilling or decoding) and release its pages at once (those holding
@@ -236,7 +265,8 @@ class Scheduler {
   // Banned strings: keeps the first `output_tokens` generated tokens of a live sequence, drops the
   // rest, and bans `banned_token` (which must be the token it generated at output position
   // `output_tokens`) at that position. Legal only while no step is in flight (the serving loop
-  // calls it after complete_step). Errors change nothing: NOT_FOUND for an unknown or ended id (a
+  // calls it after complete_step), or with pipeline while one is (its entry for the sequence is
+  // then void). Errors change nothing: NOT_FOUND for an unknown or ended id (a
   // sequence that finished cannot rewind), FAILED_PRECONDITION while a step is in flight,
   // INVALID_ARGUMENT when output_tokens is not in [0, generated) or banned_token is not the token
   // there, RESOURCE_EXHAUSTED after kMaxRewinds rewinds or when the bans of that position would
@@ -278,6 +308,8 @@ class Scheduler {
     // Banned strings: ids banned per output position (strictly increasing), and rewinds so far.
     std::map<int32_t, std::vector<int32_t>> bans;
     int32_t rewinds = 0;
+    // Bumped by rewinds and requeues: in-flight entries of an older epoch are void.
+    uint32_t epoch = 0;
 
     int32_t num_known() const { return static_cast<int32_t>(tokens.size()); }
     int32_t num_pending() const { return num_known() - num_computed; }
@@ -290,6 +322,15 @@ class Scheduler {
     int32_t start_pos;
     int32_t num_tokens;
     bool sample;
+    uint32_t epoch;
+  };
+  // Where a sequence stands after the in-flight step (pipelining), or now.
+  struct Position {
+    int32_t computed = 0;
+    int32_t known = 0;
+    bool from_last_sample = false;  // the token at `computed` is the in-flight step's last sample
+    bool ends = false;              // it surely ends in the in-flight step (its token limit)
+    int32_t pending() const { return known - computed; }
   };
   struct InFlightStep {
     uint64_t step_id;
@@ -299,7 +340,11 @@ class Scheduler {
   };
 
   int32_t reserve_pages(const Sequence& seq) const;
-  int32_t step_pages(const Sequence& seq) const;
+  int32_t step_pages(const Sequence& seq, const Position& at) const;
+  // Whether an in-flight entry still applies to its sequence (see Pipelining).
+  bool entry_applies(const InFlightEntry& entry, const Sequence& seq) const;
+  // `seq` after the newest in-flight step (ahead_), or as it is.
+  Position position(SeqId id, const Sequence& seq) const;
   void grow_decodes();
   // True when the head `seq`, which could reuse `reused` positions now, shares more of its tokens
   // with a running sequence still prefilling them.
@@ -322,7 +367,9 @@ class Scheduler {
   std::set<SeqId> queue_;           // waiting for admission; FIFO = ascending id (arrival order)
   std::set<SeqId> running_;         // admitted, holding pages
   std::vector<SeqId> released_;
-  std::optional<InFlightStep> in_flight_;
+  std::deque<InFlightStep> in_flight_;  // oldest first
+  // While next_step() runs with a step in flight: the sequences that step moves.
+  std::map<SeqId, Position> ahead_;
   // Copy-on-write of rewinds, for the next plan (the sources are pinned until then).
   std::vector<std::pair<SeqId, PageCopy>> rewind_copies_;
   SeqId next_seq_id_ = 1;

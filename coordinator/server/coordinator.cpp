@@ -209,6 +209,7 @@ absl::Status Coordinator::start_serving() {
     l->set_max_logit_rows(static_cast<int32_t>(step.logit_rows));
     l->set_cache_k_bits(options_.cache_bits.k);
     l->set_cache_v_bits(options_.cache_bits.v);
+    l->set_int8_activations(int8_activations_name(options_.int8_activations));
     if (draft_footprint_) {
       l->set_draft_model_dir(options_.draft_model_dir);
       l->set_draft_rank(draft_rank);
@@ -258,6 +259,7 @@ absl::Status Coordinator::start_serving() {
     sc.speculative = true;
   }
   sc.prefix_cache = options_.prefix_cache;
+  sc.pipeline = options_.step_pipeline && !sc.speculative;
   EXL3_RETURN_IF_ERROR(validate_scheduler_config(sc));
   loop_ = std::make_unique<ServingLoop>(*tokenizer_, group_, sc, options_.step_timeout,
                                         [this](const absl::Status& s) { on_group_failure(s); });

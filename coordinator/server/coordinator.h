@@ -22,6 +22,7 @@
 #include "coordinator/server/server_credentials.h"
 #include "coordinator/server/serving_loop.h"
 #include "coordinator/tokenizer/tokenizer.h"
+#include "kernels/int8_activations.h"
 
 namespace exl3 {
 
@@ -54,9 +55,14 @@ struct CoordinatorOptions {
   // KV cache widths of keys and values (--cache-bits): the planner prices pages at them and every
   // worker stores its cache at them (16 = full precision, 2..8 = quantized).
   KvCacheBits cache_bits{};
+  // Int8 activations for the few-rows EXL3 matmuls (--int8-activations, kernels/int8_activations.h),
+  // sent to every worker so that all ranks of the job compute alike.
+  Int8Activations int8_activations = Int8Activations::kOff;
   int32_t prefill_chunk = 256;
   int32_t max_queue = 256;
   int32_t decode_steps = 1;
+  // Keep the next step in flight while one runs (SchedulerConfig::pipeline); ignored with a draft model.
+  bool step_pipeline = true;
   bool prefix_cache = true;  // reuse KV pages of common prompt prefixes (SchedulerConfig::prefix_cache)
   // Speculative decoding (--draft-model, --draft-tokens): a smaller model with the same tokenizer,
   // loaded whole by the lowest rank with the head, proposes draft_tokens tokens per decode step.

@@ -21,7 +21,7 @@ void on_signal(int) { g_stop_signal = true; }
 int main(int argc, char** argv) {
   exl3::limit_malloc_arenas();
   exl3::CoordinatorOptions o;
-  std::string mode = "tp", split, backend = "cpu", cache_bits = "16,16";
+  std::string mode = "tp", split, backend = "cpu", cache_bits = "16,16", int8_activations = "off";
   CLI::App app{"exl3-coordinator: serves the gRPC generate API and drives workers that dial in"};
   app.add_option("--model", o.model_dir, "Model directory (config.json, *.safetensors, tokenizer.json)")->required();
   app.add_option("--world", o.world_size, "Number of workers that will register")->required()->check(CLI::PositiveNumber);
@@ -50,7 +50,15 @@ int main(int argc, char** argv) {
                  "16 = full precision (F16 on GPUs, F32 on CPU workers); sent to every worker, and the planner prices "
                  "pages at these widths")
       ->capture_default_str();
+  app.add_option("--int8-activations", int8_activations, exl3::int8_activations_flag_help() + "; sent to every worker")
+      ->capture_default_str();
   app.add_option("--decode-steps", o.decode_steps, "Decode iterations per worker command")->capture_default_str();
+  app.add_flag("--step-pipeline,!--no-step-pipeline", o.step_pipeline,
+               "Send each step to the workers while the previous one still runs (decoding sequences continue from "
+               "the tokens sampled on the workers; what a sequence that stopped meanwhile computed is discarded), so "
+               "the workers never wait for a coordinator round trip between steps. Outputs are the same either way; "
+               "--no-step-pipeline: one step at a time. Not used with --draft-model")
+      ->capture_default_str();
   app.add_option("--draft-model", o.draft_model_dir,
                  "Speculative decoding: directory of a smaller model with the same tokenizer (e.g. the same model "
                  "at fewer bits per weight); the lowest rank with the head loads it whole and proposes "
@@ -91,6 +99,12 @@ int main(int argc, char** argv) {
     o.cache_bits = *bits;
   } else {
     std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(bits.status().message()).c_str());
+    return 2;
+  }
+  if (const auto int8 = exl3::parse_int8_activations(int8_activations, "--int8-activations"); int8.ok()) {
+    o.int8_activations = *int8;
+  } else {
+    std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(int8.status().message()).c_str());
     return 2;
   }
   o.backend = *exl3::parse_backend(backend);

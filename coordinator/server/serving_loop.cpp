@@ -29,6 +29,7 @@ pb::Command step_command(const StepPlan& plan, bool speculative) {
     pb::SequenceStep* q = step->add_sequences();
     q->set_seq_id(s.seq_id);
     q->mutable_tokens()->Add(s.tokens.begin(), s.tokens.end());
+    q->set_from_last_sample(s.from_last_sample);
     q->set_start_pos(s.start_pos);
     q->mutable_page_table()->Add(s.page_table.begin(), s.page_table.end());
     q->set_sample(s.sample);
@@ -123,20 +124,17 @@ void ServingLoop::drain_and_stop(std::chrono::milliseconds timeout) {
 void ServingLoop::fail_all(const absl::Status& status) {
   std::lock_guard lock(mu_);
   accepting_ = false;
-  if (scheduler_.step_in_flight()) scheduler_.abandon_step();
+  while (scheduler_.step_in_flight()) scheduler_.abandon_step();
   scheduler_.cancel_all();
   for (auto& [id, live] : live_) live.channel->fail(status);
   live_.clear();
   cv_.notify_all();
 }
 
-absl::Status ServingLoop::run_step(const StepPlan& plan, StepOutcome* outcome) {
-  if (!plan.released.empty()) {
-    pb::Command release;
-    release.mutable_release()->mutable_seq_ids()->Add(plan.released.begin(), plan.released.end());
-    EXL3_RETURN_IF_ERROR(group_->call_all(release, step_timeout_).status());
-  }
-  EXL3_ASSIGN_OR_RETURN(const std::vector<pb::CommandResult> results, group_->call_all(step_command(plan, scheduler_.config().speculative), step_timeout_));
+absl::Status ServingLoop::collect_step(const SentStep& sent, StepOutcome* outcome) {
+  if (sent.release) EXL3_RETURN_IF_ERROR(group_->collect(*sent.release, step_timeout_).status());
+  EXL3_ASSIGN_OR_RETURN(const std::vector<pb::CommandResult> results, group_->collect(sent.step, step_timeout_));
+  const StepPlan& plan = sent.plan;
   // Every rank samples the same tokens; disagreement means the group is broken.
   const pb::StepResult& first = results[0].step();
   for (size_t r = 1; r < results.size(); ++r) {
@@ -279,69 +277,142 @@ void ServingLoop::deliver(SeqId id, Live& live, BannedStringFilter::Release rele
   }
 }
 
+void ServingLoop::group_failed(const absl::Status& status) {
+  const absl::Status client_status =
+      absl::UnavailableError(absl::StrCat("worker group failed: ", std::string(status.message())));
+  fail_all(client_status);
+  if (on_failure_) on_failure_(status);
+}
+
+bool ServingLoop::send_step(StepPlan plan) {
+  SentStep sent;
+  absl::Status status;
+  if (!plan.released.empty()) {
+    pb::Command release;
+    release.mutable_release()->mutable_seq_ids()->Add(plan.released.begin(), plan.released.end());
+    absl::StatusOr<uint64_t> id = group_->send_all(release, step_timeout_);
+    if (id.ok()) sent.release = *id;
+    status = id.status();
+  }
+  if (status.ok()) {
+    absl::StatusOr<uint64_t> id = group_->send_all(step_command(plan, scheduler_.config().speculative), step_timeout_);
+    if (id.ok()) sent.step = *id;
+    status = id.status();
+  }
+  bool ping = status.ok();
+  for (const SentStep& s : sent_) ping = ping && !s.ping.has_value();
+  if (ping) {
+    std::lock_guard lock(mu_);
+    ping = worker_memory_.empty() || Clock::now() - memory_at_ >= kMemoryRefresh;
+  }
+  if (ping) {
+    pb::Command command;
+    command.mutable_ping();
+    absl::StatusOr<uint64_t> id = group_->send_all(command, step_timeout_);
+    if (id.ok()) sent.ping = *id;
+    status = id.status();
+  }
+  if (!status.ok()) {
+    std::fprintf(stderr, "coordinator: sending step %llu failed: %s\n", static_cast<unsigned long long>(plan.step_id),
+                 std::string(status.message()).c_str());
+    group_failed(status);
+    return false;
+  }
+  sent.plan = std::move(plan);
+  sent.sent_at = Clock::now();
+  sent_.push_back(std::move(sent));
+  return true;
+}
+
+bool ServingLoop::complete_oldest() {
+  const SentStep sent = std::move(sent_.front());
+  sent_.pop_front();
+  StepOutcome outcome;
+  const absl::Status status = collect_step(sent, &outcome);
+  if (!status.ok()) {
+    std::fprintf(stderr, "coordinator: step %llu failed: %s\n", static_cast<unsigned long long>(sent.plan.step_id),
+                 std::string(status.message()).c_str());
+    group_failed(status);
+    return false;
+  }
+  if (sent.ping) {
+    const absl::StatusOr<std::vector<pb::CommandResult>> pings = group_->collect(*sent.ping, step_timeout_);
+    if (!pings.ok()) {
+      std::fprintf(stderr, "coordinator: memory ping failed: %s\n", std::string(pings.status().message()).c_str());
+      group_failed(pings.status());
+      return false;
+    }
+    std::lock_guard lock(mu_);
+    worker_memory_.clear();
+    for (const pb::CommandResult& r : *pings) worker_memory_.push_back(r.memory());
+    memory_at_ = Clock::now();
+  }
+  const StepPlan& plan = sent.plan;
+  {
+    std::lock_guard lock(mu_);
+    // Busy time: steps overlap when pipelined, so count from the later of its sending and the
+    // previous completion.
+    const auto now = Clock::now();
+    busy_seconds_ += seconds(now - std::max(sent.sent_at, last_completion_));
+    last_completion_ = now;
+    count_speculation(plan, outcome);
+    absl::StatusOr<std::vector<SequenceUpdate>> updates = scheduler_.complete_step(outcome);
+    if (!updates.ok()) {
+      scheduler_.abandon_step();
+      std::fprintf(stderr, "coordinator: step %llu result rejected: %s\n",
+                   static_cast<unsigned long long>(plan.step_id), std::string(updates.status().message()).c_str());
+      fail_step(plan, absl::InternalError(absl::StrCat("step ", plan.step_id, " result rejected: ",
+                                                       updates.status().message())));
+    } else {
+      apply_updates(*updates);
+    }
+    cv_.notify_all();
+  }
+  return true;
+}
+
 void ServingLoop::run() {
+  const size_t depth = static_cast<size_t>(max_steps_in_flight(scheduler_.config()));
   while (true) {
     std::optional<StepPlan> plan;
     {
       std::unique_lock lock(mu_);
-      cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_ || !scheduler_.idle(); });
+      if (sent_.empty()) {
+        cv_.wait_for(lock, std::chrono::milliseconds(200), [&] { return stop_ || !scheduler_.idle(); });
+      }
       if (stop_) return;
-      if (scheduler_.idle()) {
+      if (sent_.empty() && scheduler_.idle()) {
         lock.unlock();
         if (!refresh_worker_memory()) return;
         continue;
       }
-      plan = scheduler_.next_step();
-      if (!plan) {
+      // With a step in flight (pipeline) the next one is planned and sent before waiting for it.
+      if (sent_.size() < depth) plan = scheduler_.next_step();
+      if (!plan && sent_.empty()) {
         const std::vector<SeqId> released = scheduler_.take_released();
         if (released.empty()) {
           // Nothing can run right now (e.g. requests arriving mid-cancel): do not spin.
           cv_.wait_for(lock, std::chrono::milliseconds(5));
           continue;
         }
-        {
-          lock.unlock();
-          pb::Command release;
-          release.mutable_release()->mutable_seq_ids()->Add(released.begin(), released.end());
-          const absl::Status s = group_->call_all(release, step_timeout_).status();
-          if (!s.ok()) {
-            fail_all(s);
-            if (on_failure_) on_failure_(s);
-            return;
-          }
+        lock.unlock();
+        pb::Command release;
+        release.mutable_release()->mutable_seq_ids()->Add(released.begin(), released.end());
+        const absl::Status s = group_->call_all(release, step_timeout_).status();
+        if (!s.ok()) {
+          fail_all(s);
+          if (on_failure_) on_failure_(s);
+          return;
         }
         continue;
       }
     }
-    const auto t0 = Clock::now();
-    StepOutcome outcome;
-    const absl::Status status = run_step(*plan, &outcome);
-    if (!status.ok()) {
-      std::fprintf(stderr, "coordinator: step %llu failed: %s\n", static_cast<unsigned long long>(plan->step_id),
-                   std::string(status.message()).c_str());
-      const absl::Status client_status =
-          absl::UnavailableError(absl::StrCat("worker group failed: ", std::string(status.message())));
-      fail_all(client_status);
-      if (on_failure_) on_failure_(status);
-      return;
+    if (plan) {
+      if (!send_step(std::move(*plan))) return;
+      if (sent_.size() < depth) continue;
     }
-    {
-      std::lock_guard lock(mu_);
-      busy_seconds_ += seconds(Clock::now() - t0);
-      count_speculation(*plan, outcome);
-      absl::StatusOr<std::vector<SequenceUpdate>> updates = scheduler_.complete_step(outcome);
-      if (!updates.ok()) {
-        scheduler_.abandon_step();
-        std::fprintf(stderr, "coordinator: step %llu result rejected: %s\n",
-                     static_cast<unsigned long long>(plan->step_id), std::string(updates.status().message()).c_str());
-        fail_step(*plan, absl::InternalError(absl::StrCat("step ", plan->step_id, " result rejected: ",
-                                                          updates.status().message())));
-      } else {
-        apply_updates(*updates);
-      }
-      cv_.notify_all();
-    }
-    if (!refresh_worker_memory()) return;
+    if (!complete_oldest()) return;
+    if (sent_.empty() && !refresh_worker_memory()) return;
   }
 }
 

@@ -3,10 +3,19 @@
 // strings (rewinding the sequence through the scheduler) and then stop strings, and hands text to
 // each request's channel. A failed step (a worker died, a deadline)
 // fails every in-flight request with the group's status and stops the loop.
+//
+// With SchedulerConfig::pipeline the loop keeps two steps in flight: while the workers run step N
+// it has already sent step N + 1 (planned from where N leaves the sequences, decoding ones
+// continuing from the tokens the workers sampled in N), so a worker starts N + 1 as soon as N ends
+// instead of waiting for N's result to travel to the coordinator, be streamed and scheduled, and
+// the next command to travel back. N's result is then streamed while N + 1 runs; what N + 1 did for
+// a sequence that stopped in N is dropped (Scheduler: Pipelining). Releases go out just before the
+// step they precede and memory pings just after one, without a round trip of their own.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -83,8 +92,25 @@ class ServingLoop {
     int32_t completion_tokens = 0;  // tokens handed to the channel
   };
 
+  // A step sent to the workers, not completed yet (step thread only).
+  struct SentStep {
+    StepPlan plan;
+    std::optional<uint64_t> release;  // command id of the ReleaseSequences sent just before it
+    uint64_t step = 0;                // command id of the Step
+    std::optional<uint64_t> ping;     // command id of a memory Ping sent just after it
+    std::chrono::steady_clock::time_point sent_at;
+  };
+
   void run();
-  absl::Status run_step(const StepPlan& plan, StepOutcome* outcome);
+  // Sends the plan's releases, the step and (when the memory reports are stale) a ping, without
+  // waiting for their results. False when the group failed (already reported).
+  bool send_step(StepPlan plan);
+  // Waits for the oldest sent step's results (under step_timeout_), then completes it in the
+  // scheduler and streams its tokens. False when the group failed (already reported).
+  bool complete_oldest();
+  absl::Status collect_step(const SentStep& sent, StepOutcome* outcome);
+  // Fails every request and reports `status` through on_failure_ (a broken group).
+  void group_failed(const absl::Status& status);
   void apply_updates(const std::vector<SequenceUpdate>& updates);
   // A banned string in the held output of a live sequence: asks the scheduler to rewind it to the
   // match's first token (banning that token there) and rebuilds the detokenizer from the kept
@@ -127,6 +153,8 @@ class ServingLoop {
   std::vector<std::pair<std::chrono::steady_clock::time_point, int64_t>> recent_;  // (time, tokens)
   std::vector<pb::MemoryReport> worker_memory_;
   std::chrono::steady_clock::time_point memory_at_{};
+  std::deque<SentStep> sent_;  // oldest first; step thread only
+  std::chrono::steady_clock::time_point last_completion_{};  // of a step (busy time, step thread only)
 };
 
 }  // namespace exl3

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "kernels/check.h"
 
 namespace exl3 {
 namespace {
@@ -130,8 +131,9 @@ grpc::Status WorkerGroup::run_session(grpc::ServerContext* context,
     if (!msg.has_result()) continue;
     std::lock_guard lock(mu_);
     if (msg.result().code() != 0) reported_error = msg.result().message();
-    if (msg.result().command_id() == pending_id_ && pending_results_[rank] == std::nullopt) {
-      pending_results_[rank] = msg.result();
+    auto pending = pending_.find(msg.result().command_id());
+    if (pending != pending_.end() && pending->second[rank] == std::nullopt) {
+      pending->second[rank] = msg.result();
       cv_.notify_all();
     }
   }
@@ -200,60 +202,76 @@ absl::StatusOr<std::vector<pb::CommandResult>> WorkerGroup::call_all(const pb::C
 
 absl::StatusOr<std::vector<pb::CommandResult>> WorkerGroup::call(std::vector<pb::Command> commands,
                                                                  std::chrono::milliseconds timeout) {
-  std::lock_guard call_lock(call_mu_);
+  EXL3_ASSIGN_OR_RETURN(const uint64_t id, send(std::move(commands), timeout));
+  return collect(id, timeout);
+}
+
+absl::StatusOr<uint64_t> WorkerGroup::send_all(const pb::Command& command, std::chrono::milliseconds timeout) {
+  return send(std::vector<pb::Command>(world_size_, command), timeout);
+}
+
+absl::StatusOr<uint64_t> WorkerGroup::send(std::vector<pb::Command> commands, std::chrono::milliseconds timeout) {
+  std::lock_guard send_lock(send_mu_);
   uint64_t id = 0;
+  std::lock_guard write_lock(write_mu_);
+  std::vector<grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>*> streams;
   {
-    std::lock_guard write_lock(write_mu_);
-    std::vector<grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>*> streams;
-    {
-      std::lock_guard lock(mu_);
-      if (!failure_.ok()) return failure_;
-      if (closed_) return absl::UnavailableError("the worker group is shut down");
-      id = next_command_id_++;
-      pending_id_ = id;
-      pending_results_.assign(world_size_, std::nullopt);
-      for (const Rank& r : ranks_) streams.push_back(r.stream);
-    }
-    begin_writes(timeout, id);
-    for (int i = 0; i < world_size_; ++i) {
-      commands[i].set_command_id(id);
-      if (streams[i] == nullptr || !streams[i]->Write(commands[i])) {
-        end_writes();
-        std::string who;
-        {
-          std::lock_guard lock(mu_);
-          who = describe_rank(i);
-        }
-        fail(absl::UnavailableError(absl::StrCat(who, " is not reachable")));
-        return failure();
-      }
-    }
-    end_writes();
+    std::lock_guard lock(mu_);
+    if (!failure_.ok()) return failure_;
+    if (closed_) return absl::UnavailableError("the worker group is shut down");
+    id = next_command_id_++;
+    pending_[id].assign(world_size_, std::nullopt);
+    for (const Rank& r : ranks_) streams.push_back(r.stream);
   }
+  begin_writes(timeout, id);
+  for (int i = 0; i < world_size_; ++i) {
+    commands[i].set_command_id(id);
+    if (streams[i] == nullptr || !streams[i]->Write(commands[i])) {
+      end_writes();
+      std::string who;
+      {
+        std::lock_guard lock(mu_);
+        who = describe_rank(i);
+      }
+      fail(absl::UnavailableError(absl::StrCat(who, " is not reachable")));
+      return failure();
+    }
+  }
+  end_writes();
+  return id;
+}
+
+absl::StatusOr<std::vector<pb::CommandResult>> WorkerGroup::collect(uint64_t id, std::chrono::milliseconds timeout) {
   std::unique_lock lock(mu_);
+  auto pending = pending_.find(id);
+  if (pending == pending_.end()) {
+    return absl::FailedPreconditionError(absl::StrCat("command ", id, " was not sent or was already collected"));
+  }
   const bool done = cv_.wait_for(lock, timeout, [&] {
     if (!failure_.ok() || closed_) return true;
-    for (const auto& r : pending_results_) {
+    for (const auto& r : pending->second) {
       if (!r) return false;
     }
     return true;
   });
-  pending_id_ = 0;
+  const std::vector<std::optional<pb::CommandResult>> received = std::move(pending->second);
+  pending_.erase(pending);
   if (!failure_.ok()) return failure_;
   if (closed_) return absl::UnavailableError("the worker group is shut down");
   if (!done) {
     std::vector<int> late;
     for (int i = 0; i < world_size_; ++i) {
-      if (!pending_results_[i]) late.push_back(i);
+      if (!received[i]) late.push_back(i);
     }
     failure_ = absl::DeadlineExceededError(absl::StrCat("worker rank(s) ", absl::StrJoin(late, ", "),
-                                                        " did not answer within ", timeout.count(), " ms"));
+                                                        " did not answer command ", id, " within ", timeout.count(),
+                                                        " ms"));
     cv_.notify_all();
     return failure_;
   }
   std::vector<pb::CommandResult> results;
   for (int i = 0; i < world_size_; ++i) {
-    const pb::CommandResult& r = *pending_results_[i];
+    const pb::CommandResult& r = *received[i];
     if (r.code() != 0) {
       return absl::Status(static_cast<absl::StatusCode>(r.code()), absl::StrCat("rank ", i, ": ", r.message()));
     }

@@ -13,6 +13,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -52,6 +53,14 @@ class WorkerGroup {
   absl::StatusOr<std::vector<pb::CommandResult>> call(std::vector<pb::Command> commands,
                                                       std::chrono::milliseconds timeout);
   absl::StatusOr<std::vector<pb::CommandResult>> call_all(const pb::Command& command, std::chrono::milliseconds timeout);
+  // call() in two halves, so several commands can be in flight (the serving loop's step pipeline):
+  // send() writes commands[r] to rank r (the writes under `timeout`, as in call()) and returns the
+  // command id; collect(id) waits up to `timeout` for every rank's result of a sent command, with
+  // call()'s errors. Every sent id must be collected once (or the group fail): results of commands
+  // in flight are kept until then. Ranks answer in the order commands were sent.
+  absl::StatusOr<uint64_t> send(std::vector<pb::Command> commands, std::chrono::milliseconds timeout);
+  absl::StatusOr<uint64_t> send_all(const pb::Command& command, std::chrono::milliseconds timeout);
+  absl::StatusOr<std::vector<pb::CommandResult>> collect(uint64_t id, std::chrono::milliseconds timeout);
 
   // Marks the group failed (first reason wins) and wakes every waiter.
   void fail(const absl::Status& reason);
@@ -85,15 +94,14 @@ class WorkerGroup {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Rank> ranks_;
-  std::mutex call_mu_;   // one group-wide call at a time
+  std::mutex send_mu_;   // one group-wide send at a time (command ids go out in order)
   std::mutex write_mu_;  // held while writing to session streams; a session ends only without it
   absl::Status failure_;
   bool closed_ = false;
   bool shutting_down_ = false;  // sessions ending now are expected
   uint64_t next_command_id_ = 1;
-  // The one call in flight: its command id and the results received so far.
-  uint64_t pending_id_ = 0;
-  std::vector<std::optional<pb::CommandResult>> pending_results_;
+  // The commands in flight (sent, not collected): their results by rank, received so far.
+  std::map<uint64_t, std::vector<std::optional<pb::CommandResult>>> pending_;
   // The write watchdog: writes_deadline_ is the time by which the writes in progress must end
   // (unset when none is in progress).
   std::optional<std::chrono::steady_clock::time_point> writes_deadline_;

@@ -3,10 +3,14 @@
 // stop strings and EOS, with the scheduler's invariants checked after every call. The fake worker
 // checks that every position a sequence attends to is still intact in the pages its table names
 // (so no page is ever shared or reused too early), and that recomputation after preemption yields
-// exactly the tokens an uninterrupted run would. Fixed seeds.
+// exactly the tokens an uninterrupted run would. Fixed seeds. The pipelined variants keep two steps
+// in flight (SchedulerConfig::pipeline, as the serving loop does): the fake worker runs each step
+// when it is planned, in order, and continues from_last_sample sequences from the token it sampled
+// last; the caller ends sequences while both steps are in flight.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -71,7 +75,10 @@ class FakeWorker {
       : page_size_(c.page_size), slots_(static_cast<size_t>(c.num_pages) * c.page_size), truth_(truth) {}
 
   StepOutcome run(const StepPlan& plan) {
-    for (const SeqId id : plan.released) fed_.erase(id);
+    for (const SeqId id : plan.released) {
+      fed_.erase(id);
+      last_sample_.erase(id);
+    }
     StepOutcome outcome;
     outcome.step_id = plan.step_id;
     for (const SequencePlan& seq : plan.sequences) {
@@ -79,6 +86,14 @@ class FakeWorker {
       EXPECT_EQ(seq.prompt_len, static_cast<int32_t>(truth.request.prompt_ids.size()));
       // A sequence starts over (fresh or recomputed) only with no state left on the worker.
       const auto fed = fed_.find(seq.seq_id);
+      std::vector<int32_t> tokens = seq.tokens;
+      if (seq.from_last_sample) {
+        EXPECT_TRUE(tokens.empty()) << "sequence " << seq.seq_id;
+        EXPECT_TRUE(seq.sample) << "sequence " << seq.seq_id;
+        const auto last = last_sample_.find(seq.seq_id);
+        EXPECT_TRUE(last != last_sample_.end()) << "sequence " << seq.seq_id << " continues without a sample";
+        if (last != last_sample_.end()) tokens = {last->second};
+      }
       if (seq.start_pos == 0) {
         EXPECT_TRUE(fed == fed_.end()) << "sequence " << seq.seq_id << " restarted without a release";
       } else {
@@ -91,7 +106,7 @@ class FakeWorker {
             << "KV of sequence " << seq.seq_id << " at " << p << " was overwritten by " << slot.seq;
       }
       int32_t position = seq.start_pos;
-      for (const int32_t token : seq.tokens) {
+      for (const int32_t token : tokens) {
         EXPECT_EQ(token, truth.token_at(position)) << "sequence " << seq.seq_id << " at " << position;
         write(seq, position++, token);
       }
@@ -102,6 +117,7 @@ class FakeWorker {
           result.token_ids.push_back(token);
           if (i + 1 < plan.decode_steps) write(seq, position++, token);
         }
+        last_sample_[seq.seq_id] = result.token_ids.back();
         outcome.sequences.push_back(std::move(result));
       }
       fed_[seq.seq_id] = position;
@@ -129,7 +145,8 @@ class FakeWorker {
   int32_t page_size_;
   std::vector<Slot> slots_;
   const std::map<SeqId, Truth>& truth_;
-  std::map<SeqId, int32_t> fed_;  // positions fed per live sequence
+  std::map<SeqId, int32_t> fed_;          // positions fed per live sequence
+  std::map<SeqId, int32_t> last_sample_;  // the last token sampled per live sequence
 };
 
 class Simulation {
@@ -137,18 +154,23 @@ class Simulation {
   Simulation(SchedulerConfig c, uint64_t seed) : config_(c), scheduler_(c), worker_(c, truth_), rng_(seed) {}
 
   void run(int steps, bool arrivals) {
+    const size_t depth = static_cast<size_t>(max_steps_in_flight(config_));
     for (int i = 0; i < steps; ++i) {
-      if (!arrivals && scheduler_.idle()) return;
+      if (!arrivals && scheduler_.idle() && in_flight_.empty()) return;
       if (arrivals) maybe_submit();
       maybe_end(0.03);
-      std::optional<StepPlan> plan = scheduler_.next_step();
-      check();
-      if (!plan.has_value()) continue;
-      check_plan(*plan);
-      ++steps_;
-      const StepOutcome outcome = worker_.run(*plan);
-      maybe_end(0.04);  // cancellations and stop strings while the step runs
-      auto updates = scheduler_.complete_step(outcome);
+      while (in_flight_.size() < depth) {
+        std::optional<StepPlan> plan = scheduler_.next_step();
+        check();
+        if (!plan.has_value()) break;
+        check_plan(*plan);
+        ++steps_;
+        in_flight_.push_back(worker_.run(*plan));  // the workers run steps in the order sent
+      }
+      if (in_flight_.empty()) continue;
+      maybe_end(0.04);  // cancellations and stop strings while the steps run
+      auto updates = scheduler_.complete_step(in_flight_.front());
+      in_flight_.pop_front();
       ASSERT_TRUE(updates.ok()) << updates.status();
       check();
       for (const SequenceUpdate& u : *updates) apply(u);
@@ -173,7 +195,8 @@ class Simulation {
     std::set<int32_t> pages;
     int32_t tokens = 0;
     for (const SequencePlan& seq : plan.sequences) {
-      const int32_t len = static_cast<int32_t>(seq.tokens.size());
+      EXPECT_EQ(seq.from_last_sample, seq.tokens.empty()) << "sequence " << seq.seq_id;
+      const int32_t len = seq.from_last_sample ? 1 : static_cast<int32_t>(seq.tokens.size());
       tokens += len;
       if (len > 1) {
         EXPECT_LE(len, config_.prefill_chunk);
@@ -265,9 +288,10 @@ class Simulation {
   int64_t refused_queue_ = 0;
   int64_t refused_size_ = 0;
   int64_t steps_ = 0;
+  std::deque<StepOutcome> in_flight_;  // results of the steps sent, oldest first
 };
 
-SchedulerConfig simulation_config(int32_t decode_steps) {
+SchedulerConfig simulation_config(int32_t decode_steps, bool pipeline) {
   SchedulerConfig c;
   // 200 positions: every request of a 200-token context fits alone, and a few long ones fill the
   // cache, so preemption happens.
@@ -279,11 +303,12 @@ SchedulerConfig simulation_config(int32_t decode_steps) {
   c.max_queue = 8;
   c.decode_steps = decode_steps;
   c.prefix_cache = false;  // the fake worker checks pages are never shared (prefix_cache_test.cpp covers reuse)
+  c.pipeline = pipeline;
   return c;
 }
 
-void run_simulation(int32_t decode_steps, uint64_t seed) {
-  const SchedulerConfig c = simulation_config(decode_steps);
+void run_simulation(int32_t decode_steps, uint64_t seed, bool pipeline = false) {
+  const SchedulerConfig c = simulation_config(decode_steps, pipeline);
   Simulation sim(c, seed);
   sim.run(1000, /*arrivals=*/true);
   ASSERT_FALSE(testing::Test::HasFatalFailure());
@@ -309,16 +334,28 @@ void run_simulation(int32_t decode_steps, uint64_t seed) {
   EXPECT_EQ(histogram_steps, stats.steps);
   EXPECT_EQ(stats.batch_size_counts[0], 0);
   std::printf(
-      "decode_steps %d: %lld steps, %lld finished, %lld ended by caller, %lld preemptions, "
+      "decode_steps %d%s: %lld steps, %lld finished, %lld ended by caller, %lld preemptions, "
       "largest batch %d, refused %lld (queue) + %lld (size)\n",
-      decode_steps, static_cast<long long>(stats.steps), static_cast<long long>(sim.finished()),
-      static_cast<long long>(sim.ended_by_caller()), static_cast<long long>(stats.preemptions), stats.largest_batch,
-      static_cast<long long>(sim.refused_queue()), static_cast<long long>(sim.refused_size()));
+      decode_steps, pipeline ? " pipelined" : "", static_cast<long long>(stats.steps),
+      static_cast<long long>(sim.finished()), static_cast<long long>(sim.ended_by_caller()),
+      static_cast<long long>(stats.preemptions), stats.largest_batch, static_cast<long long>(sim.refused_queue()),
+      static_cast<long long>(sim.refused_size()));
 }
 
 TEST(SchedulerSimulation, RandomTrafficSingleStepDecode) { run_simulation(1, 20240601); }
 
 TEST(SchedulerSimulation, RandomTrafficMultiStepDecode) { run_simulation(3, 777); }
+
+TEST(SchedulerSimulation, RandomTrafficPipelinedSingleStepDecode) { run_simulation(1, 20240601, /*pipeline=*/true); }
+
+TEST(SchedulerSimulation, RandomTrafficPipelinedMultiStepDecode) { run_simulation(3, 777, /*pipeline=*/true); }
+
+TEST(SchedulerSimulation, PipelineAndSpeculativeAreRefused) {
+  SchedulerConfig c = simulation_config(3, /*pipeline=*/true);
+  c.speculative = true;
+  const absl::Status status = validate_scheduler_config(c);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+}
 
 }  // namespace
 }  // namespace exl3

@@ -80,6 +80,7 @@ StepInput step_from_proto(const control::v1::Step& step) {
     StepSequence q;
     q.seq_id = s.seq_id();
     q.tokens.assign(s.tokens().begin(), s.tokens().end());
+    q.from_last_sample = s.from_last_sample();
     q.start_pos = s.start_pos();
     q.page_table.assign(s.page_table().begin(), s.page_table().end());
     q.sample = s.sample();

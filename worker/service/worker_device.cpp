@@ -61,10 +61,12 @@ absl::StatusOr<DeviceFacts> cuda_device_facts(int device) {
   return f;
 }
 
-absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int rank, int device, uint64_t cap_bytes) {
+absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int rank, int device, uint64_t cap_bytes,
+                                                                Int8Activations int8_activations) {
   CudaBackendOptions o;
   o.device = device;
   o.cap_bytes = cap_bytes;
+  o.int8_activations = int8_activations;
   o.label = absl::StrCat("rank ", rank);
   EXL3_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, make_cuda_backend(o));
   return std::shared_ptr<Backend>(std::move(backend));
@@ -103,7 +105,7 @@ bool worker_has_cuda() { return false; }
 
 absl::StatusOr<DeviceFacts> cuda_device_facts(int) { return absl::FailedPreconditionError(kNoCudaMessage); }
 
-absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int, int, uint64_t) {
+absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int, int, uint64_t, Int8Activations) {
   return absl::FailedPreconditionError(kNoCudaMessage);
 }
 

@@ -36,8 +36,9 @@ struct DeviceFacts {
 absl::StatusOr<DeviceFacts> cuda_device_facts(int device);
 
 // A CUDA backend on `device` whose allocator may hold `cap_bytes` (0 = no cap), labelled
-// "rank R" in its messages.
-absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int rank, int device, uint64_t cap_bytes);
+// "rank R" in its messages, its EXL3 matmuls using int8 activations as `int8_activations` says.
+absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int rank, int device, uint64_t cap_bytes,
+                                                                Int8Activations int8_activations);
 
 struct RankNcclOptions {
   int rank = 0;

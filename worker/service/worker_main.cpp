@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   double memory_gib = 0.0;
   double connect_timeout_s = 60.0;
   std::string step_graphs = "on";
+  std::string int8_activations;
   CLI::App app{"exl3-worker: one rank of the EXL3 runtime; dials the coordinator, loads its shard, runs steps"};
   app.add_option("--coordinator", o.coordinator, "Control-plane address of the coordinator, HOST:PORT")->required();
   app.add_option("--rank", o.rank, "This worker's rank, 0 <= rank < world")->required()->check(CLI::NonNegativeNumber);
@@ -38,6 +39,10 @@ int main(int argc, char** argv) {
                  "on: decode steps replay one CUDA graph per batch size and page bucket (CUDA backend); off: "
                  "launch every op")
       ->check(CLI::IsMember({"on", "off"}))->capture_default_str();
+  app.add_option("--int8-activations", int8_activations,
+                 exl3::int8_activations_flag_help() +
+                     ". The coordinator sends the job's mode (its default: auto); given here, it must be the same or "
+                     "the worker refuses the shard. Default: the coordinator's");
   app.add_option("--model", o.model_dir,
                  "This worker's copy of the model directory (a worker on another host names its own path; "
                  "default: the path the coordinator sends)");
@@ -68,6 +73,15 @@ int main(int argc, char** argv) {
   }
   o.memory_bytes = static_cast<int64_t>(memory_gib * 1073741824.0);
   o.step_graphs = step_graphs == "on";
+  if (!int8_activations.empty()) {
+    const absl::StatusOr<exl3::Int8Activations> int8 =
+        exl3::parse_int8_activations(int8_activations, "--int8-activations");
+    if (!int8.ok()) {
+      std::fprintf(stderr, "exl3-worker: rank %d: %s\n", o.rank, std::string(int8.status().message()).c_str());
+      return 2;
+    }
+    o.int8_activations = *int8;
+  }
   const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
   std::fprintf(stderr, "exl3-worker rank %d/%d: backend %s%s, coordinator %s, NCCL_NVLS_ENABLE=%s%s\n", o.rank,
                o.world_size, o.backend.c_str(),

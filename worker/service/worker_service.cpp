@@ -5,10 +5,12 @@
 #include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "proto/worker.grpc.pb.h"
@@ -21,6 +23,7 @@
 #include "worker/service/local_address.h"
 #include "worker/service/process_memory.h"
 #include "worker/service/proto_convert.h"
+#include "worker/service/reply_writer.h"
 #include "worker/service/worker_device.h"
 
 namespace exl3 {
@@ -57,7 +60,13 @@ class WorkerSession {
                            absl::StrCat("exl3-worker rank ", options_.rank, " (coordinator ", options_.coordinator, ")"),
                            std::chrono::seconds(1));
     pb::Command cmd;
+    bool after_step = false;  // the last command was a step, answered at step_answered
+    Clock::time_point step_answered;
+    // Results are written by their own thread: the next command starts while one is written.
+    ReplyWriter writer(stream.get());
     while (stream->Read(&cmd)) {
+      if (after_step && cmd.has_step()) step_gaps_.add(Clock::now() - step_answered);
+      after_step = false;
       pb::WorkerMessage reply;
       pb::CommandResult* result = reply.mutable_result();
       result->set_command_id(cmd.command_id());
@@ -66,14 +75,27 @@ class WorkerSession {
       watch.command_finished();
       result->set_code(static_cast<int>(status.code()));
       result->set_message(std::string(status.message()));
-      if (!stream->Write(reply)) return finish(stream.get(), "sending a command result");
+      if (!writer.send(std::move(reply))) {
+        writer.close();
+        return finish(stream.get(), "sending a command result");
+      }
+      if (cmd.has_step()) {
+        after_step = true;
+        step_answered = Clock::now();
+      }
       if (cmd.has_shutdown()) {
+        if (!writer.close()) return finish(stream.get(), "sending a command result");
         stream->WritesDone();
         return absl::OkStatus();
       }
-      // A failed collective leaves the group unusable: stop so the launcher tears it down.
-      if (!status.ok() && cmd.has_step()) return status;
+      // A failed collective leaves the group unusable: stop so the launcher tears it down (after
+      // the result saying why is written).
+      if (!status.ok() && cmd.has_step()) {
+        writer.close();
+        return status;
+      }
     }
+    writer.close();
     return finish(stream.get(), "the coordinator closed the session");
   }
 
@@ -126,6 +148,13 @@ class WorkerSession {
       }
       case pb::Command::kShutdown:
         std::fprintf(stderr, "exl3-worker rank %d: shutting down: %s\n", options_.rank, cmd.shutdown().reason().c_str());
+        if (!step_gaps_.us.empty()) {
+          std::fprintf(stderr,
+                       "exl3-worker rank %d: waited for the next step after answering one: %zu times, p50 %.1f us, "
+                       "p90 %.1f us, mean %.1f us (gaps of %.0f ms or more, idle time, not counted)\n",
+                       options_.rank, step_gaps_.us.size(), step_gaps_.percentile(50), step_gaps_.percentile(90),
+                       step_gaps_.mean(), std::chrono::duration<double, std::milli>(StepGaps::kIdle).count());
+        }
         return absl::OkStatus();
       case pb::Command::KIND_NOT_SET: break;
     }
@@ -133,6 +162,22 @@ class WorkerSession {
   }
 
   bool cuda() const { return options_.backend == "cuda"; }
+
+  // The job's int8-activation mode: the LoadShard's, which must agree with this worker's
+  // --int8-activations when both are set (one mode for every worker of a job).
+  absl::StatusOr<Int8Activations> job_int8_activations(const pb::LoadShard& load) const {
+    if (load.int8_activations().empty()) return options_.int8_activations.value_or(Int8Activations::kOff);
+    EXL3_ASSIGN_OR_RETURN(const Int8Activations mode,
+                          parse_int8_activations(load.int8_activations(), "LoadShard.int8_activations"));
+    if (options_.int8_activations.has_value() && *options_.int8_activations != mode) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", options_.rank, " was started with --int8-activations ",
+          int8_activations_name(*options_.int8_activations), " but the coordinator runs the job with ",
+          int8_activations_name(mode), ": every worker of a job uses one mode (set it on exl3-coordinator / "
+          "exl3-launch, or drop the worker's flag)"));
+    }
+    return mode;
+  }
 
   absl::Status load(const pb::LoadShard& load, pb::LoadResult* out) {
     if (engine_) return absl::FailedPreconditionError("a shard is already loaded");
@@ -148,9 +193,10 @@ class WorkerSession {
       return absl::InvalidArgumentError(absl::StrCat("comm backend \"", load.comm_backend(), "\" is not available on a ",
                                                      options_.backend, " worker (it uses ", comm_backend, ")"));
     }
+    EXL3_ASSIGN_OR_RETURN(const Int8Activations int8_activations, job_int8_activations(load));
     if (cuda()) {
-      absl::StatusOr<std::shared_ptr<Backend>> backend =
-          make_rank_cuda_backend(options_.rank, options_.device, static_cast<uint64_t>(load.device_cap_bytes()));
+      absl::StatusOr<std::shared_ptr<Backend>> backend = make_rank_cuda_backend(
+          options_.rank, options_.device, static_cast<uint64_t>(load.device_cap_bytes()), int8_activations);
       if (!backend.ok()) {
         return annotate(backend.status(),
                         absl::StrCat("creating the CUDA backend on device ", options_.device, " (allocator cap ",
@@ -159,7 +205,9 @@ class WorkerSession {
       }
       backend_ = *std::move(backend);
     } else {
-      backend_ = std::shared_ptr<Backend>(make_cpu_backend());
+      CpuBackendOptions co;
+      co.int8_activations = int8_activations;
+      backend_ = std::shared_ptr<Backend>(make_cpu_backend(co));
     }
     if (options_.world_size > 1) {
       store_ = std::make_unique<GrpcStoreClient>(channel_);
@@ -197,9 +245,10 @@ class WorkerSession {
       EXL3_RETURN_IF_ERROR(annotate(backend_->reserve_pool(pool), "reserving the weights and KV cache pool"));
     }
     const std::string model_dir = options_.model_dir.empty() ? load.model_dir() : options_.model_dir;
-    std::fprintf(stderr, "exl3-worker rank %d: loading %s (layers %lld-%lld) on %s\n", options_.rank,
-                 model_dir.c_str(), static_cast<long long>(shard.first_layer),
-                 static_cast<long long>(shard.end_layer) - 1, backend_->description().c_str());
+    std::fprintf(stderr, "exl3-worker rank %d: loading %s (layers %lld-%lld) on %s, int8 activations %s\n",
+                 options_.rank, model_dir.c_str(), static_cast<long long>(shard.first_layer),
+                 static_cast<long long>(shard.end_layer) - 1, backend_->description().c_str(),
+                 int8_activations_name(int8_activations).c_str());
     EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load_shard(model_dir, shard, backend_));
     EngineOptions eo;
     eo.num_pages = load.num_pages();
@@ -262,7 +311,9 @@ class WorkerSession {
   absl::Status step(const pb::Step& step, pb::StepResult* out) {
     if (!engine_) return absl::FailedPreconditionError("step before load");
     const auto t0 = Clock::now();
-    EXL3_ASSIGN_OR_RETURN(const StepOutput result, engine_->run_step(step_from_proto(step)));
+    StepInput input = step_from_proto(step);
+    EXL3_RETURN_IF_ERROR(engine_->take_last_samples(input));
+    EXL3_ASSIGN_OR_RETURN(const StepOutput result, engine_->run_step(input));
     out->set_step_id(step.step_id());
     for (size_t i = 0; i < result.tokens.size(); ++i) {
       pb::SequenceTokens* st = out->add_sequences();
@@ -280,7 +331,29 @@ class WorkerSession {
     return absl::OkStatus();
   }
 
+  // Time between answering a step and receiving the next one (while steps follow each other: the
+  // device idles then unless the coordinator sent the next step ahead), reported at shutdown.
+  struct StepGaps {
+    static constexpr std::chrono::milliseconds kIdle{100};
+    static constexpr size_t kKept = 1 << 20;  // the first this many gaps (4 MiB)
+    std::vector<float> us;
+    void add(Clock::duration gap) {
+      if (gap < kIdle && us.size() < kKept) us.push_back(std::chrono::duration<float, std::micro>(gap).count());
+    }
+    double percentile(double p) {
+      const size_t k = std::min(us.size() - 1, static_cast<size_t>(p / 100.0 * static_cast<double>(us.size())));
+      std::nth_element(us.begin(), us.begin() + static_cast<std::ptrdiff_t>(k), us.end());
+      return us[k];
+    }
+    double mean() const {
+      double sum = 0.0;
+      for (const float u : us) sum += u;
+      return sum / static_cast<double>(us.size());
+    }
+  };
+
   const WorkerOptions& options_;
+  StepGaps step_gaps_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<pb::Control::Stub> stub_;
   std::unique_ptr<GrpcStoreClient> store_;

@@ -8,9 +8,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "kernels/int8_activations.h"
 
 namespace exl3 {
 
@@ -30,6 +32,10 @@ struct WorkerOptions {
   std::string comm_host = "auto";
   // Secret sent with every control-plane call (--cluster-secret-file); empty = none.
   std::string cluster_secret;
+  // --int8-activations: the mode this worker expects. The coordinator's LoadShard carries the job's
+  // mode; a worker given one that differs refuses the shard. Unset: whatever the coordinator says
+  // (off when it says nothing).
+  std::optional<Int8Activations> int8_activations;
 };
 
 absl::Status run_worker(const WorkerOptions& options);
