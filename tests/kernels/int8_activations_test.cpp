@@ -7,10 +7,10 @@
 //   - exl3_gemv_int8_ref against two independent double computations from exl3_decode_ref's fp16
 //     values: with each value's byte sum recovered exactly (relative 1e-12) and with the fp16 values
 //     themselves (at most 2^-10 · Σ|a'| apart: half an fp16 ulp in [2, 4) per weight);
-//   - the CPU backend's int8 path (kOn, rows <= 32) against the spec composed step by step
+//   - the CPU backend's int8 path (kOn, rows <= 16) against the spec composed step by step
 //     (relative RMS 6e-4: the backend multiplies with the fp16-decoded Wq, the spec with the
 //     unrounded values, at most 2^-11 apart relatively per weight), its closeness to kOff (relative
-//     RMS < 0.03), 33 rows through Wq in fp32 (the folded W's result within relative RMS 1e-5),
+//     RMS < 0.03), 17 rows through Wq in fp32 (the folded W's result within relative RMS 1e-5),
 //     kAuto at 8 bits and 3INST weights on the folded W bit-equal to kOff, and the bytes it counts.
 #include <algorithm>
 #include <cmath>
@@ -49,10 +49,10 @@ TEST(Int8Activations, OneRule) {
   using M = Int8Activations;
   EXPECT_FALSE(use_int8_activations(M::kOff, 4, Codebook::kMul1, 1));
   EXPECT_TRUE(use_int8_activations(M::kAuto, 4, Codebook::kMul1, 1));
-  EXPECT_TRUE(use_int8_activations(M::kAuto, 6, Codebook::kMul1, 32));
+  EXPECT_TRUE(use_int8_activations(M::kAuto, 6, Codebook::kMul1, 16));
   EXPECT_FALSE(use_int8_activations(M::kAuto, 7, Codebook::kMul1, 1));
   EXPECT_TRUE(use_int8_activations(M::kOn, 8, Codebook::kMul1, 1));
-  EXPECT_FALSE(use_int8_activations(M::kOn, 4, Codebook::kMul1, 33));
+  EXPECT_FALSE(use_int8_activations(M::kOn, 4, Codebook::kMul1, 17));
   EXPECT_FALSE(use_int8_activations(M::kOn, 4, Codebook::kMul1, 0));
   EXPECT_FALSE(use_int8_activations(M::kOn, 4, Codebook::k3Inst, 1));
   EXPECT_FALSE(use_int8_activations(M::kOn, 4, Codebook::kMcg, 1));
@@ -333,7 +333,7 @@ TEST(CpuBackendInt8Activations, FewRowsFollowTheSpec) {
   EXPECT_EQ(w_on->bytes, 384 * 256 * 4 + 384 * 2 + 256 * 2 + 200 * 4);
   EXPECT_EQ(w_off->bytes, 300 * 200 * 4 + 200 * 4);
   EXPECT_EQ(b_on->allocated_bytes(), w_on->bytes);
-  for (int64_t m : {1, 5, 32}) {
+  for (int64_t m : {int64_t{1}, int64_t{5}, kInt8ActivationsMaxRows}) {
     const Tensor x = random_normal({m, 300}, rng, 1.0f);
     const Tensor got = run_linear(*b_on, *w_on, x);
     const Tensor want = spec_linear(h, x);
@@ -345,11 +345,12 @@ TEST(CpuBackendInt8Activations, FewRowsFollowTheSpec) {
     EXPECT_LE(rel_off, 0.03);
     EXPECT_GT(rel_off, 1e-3) << "the int8 path was not taken";
   }
-  // 33 rows: fp32 activations through Wq, the folded W's result up to fp32 rounding.
-  const Tensor x33 = random_normal({33, 300}, rng, 1.0f);
+  // One row more: fp32 activations through Wq, the folded W's result up to fp32 rounding.
+  const Tensor x33 = random_normal({kInt8ActivationsMaxRows + 1, 300}, rng, 1.0f);
   const Tensor off33 = run_linear(*b_off, *w_off, x33);
   const double rel33 = rms_diff(run_linear(*b_on, *w_on, x33), off33) / rms(off33);
-  std::printf("rows 33: through Wq vs the folded W relative RMS %.3g\n", rel33);
+  std::printf("rows %lld: through Wq vs the folded W relative RMS %.3g\n",
+              static_cast<long long>(kInt8ActivationsMaxRows + 1), rel33);
   EXPECT_LE(rel33, 1e-5);
 }
 
