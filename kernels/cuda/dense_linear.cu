@@ -55,15 +55,19 @@ void launch_dense_linear(const DenseLinearParams& p, cublasHandle_t handle, cuda
   EXL3_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &alpha, p.w, CUDA_R_16F, k, p.x, CUDA_R_16F,
                                  k, &beta, c, c_type, m, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   if (p.bias == nullptr) return;
+  launch_bias_epilogue(p.y_f32 ? static_cast<const float*>(p.y) : p.scratch_c, p.bias, p.y, p.y_f32, p.m,
+                       p.out_features, stream);
+}
 
-  const int64_t total = p.m * p.out_features;
+void launch_bias_epilogue(const float* c, const float* bias, void* y, bool y_f32, int64_t rows, int64_t cols,
+                          cudaStream_t stream) {
+  const int64_t total = rows * cols;
+  if (total == 0) return;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + kThreads - 1) / kThreads, kMaxBlocks));
-  if (p.y_f32) {
-    float* y = static_cast<float*>(p.y);
-    bias_epilogue_kernel<float><<<blocks, kThreads, 0, stream>>>(y, p.bias, y, p.m, p.out_features);
+  if (y_f32) {
+    bias_epilogue_kernel<float><<<blocks, kThreads, 0, stream>>>(c, bias, static_cast<float*>(y), rows, cols);
   } else {
-    bias_epilogue_kernel<__half>
-        <<<blocks, kThreads, 0, stream>>>(p.scratch_c, p.bias, static_cast<__half*>(p.y), p.m, p.out_features);
+    bias_epilogue_kernel<__half><<<blocks, kThreads, 0, stream>>>(c, bias, static_cast<__half*>(y), rows, cols);
   }
   EXL3_CUDA_CHECK_LAUNCH();
 }

@@ -42,4 +42,10 @@ struct DenseLinearParams {
 // cublasSetStream also resets the workspace given by cublasSetWorkspace). Asynchronous on `stream`.
 void launch_dense_linear(const DenseLinearParams& p, cublasHandle_t handle, cudaStream_t stream);
 
+// y[r, j] = c[r, j] + bias[j] over [rows, cols], rounded once to y's dtype (F32 when y_f32, else
+// F16); c (F32) may alias y when y_f32. The bias epilogue of every cuBLAS linear whose product lands
+// in fp32 first. Asynchronous on `stream`.
+void launch_bias_epilogue(const float* c, const float* bias, void* y, bool y_f32, int64_t rows, int64_t cols,
+                          cudaStream_t stream);
+
 }  // namespace exl3

@@ -15,26 +15,6 @@ namespace exl3 {
 namespace {
 
 constexpr int64_t kBlock = 128;
-constexpr int kEpilogueThreads = 256;
-constexpr int64_t kEpilogueMaxBlocks = 4096;  // grid-stride beyond
-
-// y[r, j] = c[r, j] + bias[j] over [rows, cols] (both with row stride cols), rounded once to Out.
-// c may alias y (F32 output).
-template <typename Out>
-__global__ void decode_gemm_bias_kernel(const float* c, const float* __restrict__ bias, Out* y, int64_t rows,
-                                        int64_t cols) {
-  const int64_t total = rows * cols;
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < total; i += stride) {
-    const float v = c[i] + bias[i % cols];
-    if constexpr (sizeof(Out) == sizeof(float)) {
-      y[i] = v;
-    } else {
-      y[i] = __float2half_rn(v);
-    }
-  }
-}
-
 int64_t round_up_to_block(int64_t v) { return (v + kBlock - 1) / kBlock * kBlock; }
 
 }  // namespace
@@ -105,18 +85,8 @@ void launch_exl3_decode_gemm(const Exl3LinearParams& p, const DecodeGemmStaging&
                                    static_cast<int>(p.out_features), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
   if (p.bias == nullptr) return;
-
-  const int64_t total = p.m * p.out_features;
-  const auto blocks =
-      static_cast<unsigned>(std::min<int64_t>((total + kEpilogueThreads - 1) / kEpilogueThreads, kEpilogueMaxBlocks));
-  if (p.y_f32) {
-    float* y = static_cast<float*>(p.y);
-    decode_gemm_bias_kernel<float><<<blocks, kEpilogueThreads, 0, stream>>>(y, p.bias, y, p.m, p.out_features);
-  } else {
-    decode_gemm_bias_kernel<__half>
-        <<<blocks, kEpilogueThreads, 0, stream>>>(p.scratch_c, p.bias, static_cast<__half*>(p.y), p.m, p.out_features);
-  }
-  EXL3_CUDA_CHECK_LAUNCH();
+  launch_bias_epilogue(p.y_f32 ? static_cast<const float*>(p.y) : p.scratch_c, p.bias, p.y, p.y_f32, p.m,
+                       p.out_features, stream);
 }
 
 }  // namespace exl3

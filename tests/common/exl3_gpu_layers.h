@@ -21,6 +21,20 @@
 
 namespace exl3::testing {
 
+// `count` trellis words from a xorshift32 generator seeded with `seed` (any bit pattern is a valid
+// trellis).
+inline std::vector<int16_t> random_trellis_words(size_t count, uint32_t seed) {
+  std::vector<int16_t> words(count);
+  uint32_t state = seed;
+  for (int16_t& v : words) {
+    state ^= state << 13;
+    state ^= state >> 17;
+    state ^= state << 5;
+    v = static_cast<int16_t>(state & 0xFFFFu);
+  }
+  return words;
+}
+
 inline std::vector<uint16_t> random_halves(size_t count, float lo, float hi, bool random_sign,
                                     std::mt19937& rng) {
   std::uniform_real_distribution<float> mag(lo, hi);

@@ -20,6 +20,7 @@
 
 #include "common/backend_tensors.h"
 #include "common/cuda_test_util.h"
+#include "common/fixture_linear.h"
 #include "common/exl3_gpu_layers.h"
 #include "common/test_paths.h"
 #include "gtest/gtest.h"
@@ -273,32 +274,14 @@ TEST_F(Exl3DecodeGemmGpuTest, EveryCodebookAtSeveralBits) {
 class Exl3DecodeGemmFixtureTest : public Exl3DecodeGemmGpuTest, public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(Exl3DecodeGemmFixtureTest, MatchesExllamaReconstructForward) {
-  const std::string model_path = testing::source_path("models/exl3-4.0bpw/model.safetensors");
-  const std::string ref_path = testing::test_data("reference/exl3_4.0bpw_linears.safetensors");
-  EXL3_REQUIRE_FILE(model_path);
-  EXL3_REQUIRE_FILE(ref_path);
-  absl::StatusOr<SafetensorsCollection> model = SafetensorsCollection::open_file(model_path);
-  absl::StatusOr<SafetensorsCollection> ref = SafetensorsCollection::open_file(ref_path);
-  ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  const std::string prefix = "model.layers.0." + GetParam();
-  const std::string ref_prefix = "layers.0." + GetParam();
-  absl::StatusOr<Tensor> trellis = model->get(prefix + ".trellis");
-  absl::StatusOr<Tensor> suh = model->get(prefix + ".suh");
-  absl::StatusOr<Tensor> svh = model->get(prefix + ".svh");
-  absl::StatusOr<Tensor> x = ref->get(ref_prefix + ".x");
-  absl::StatusOr<Tensor> y_reconstruct = ref->get(ref_prefix + ".y_forward_reconstruct");
-  absl::StatusOr<Tensor> y_matmul = ref->get(ref_prefix + ".y_x_matmul_w_fp32");
-  for (const auto* t : {&trellis, &suh, &svh, &x, &y_reconstruct, &y_matmul}) ASSERT_TRUE(t->ok()) << t->status();
-  ASSERT_TRUE(model->has(prefix + ".mul1"));
+  testing::FixtureLinear f;
+  ASSERT_NO_FATAL_FAILURE(
+      testing::load_fixture_linear(GetParam(), {"x", "y_forward_reconstruct", "y_x_matmul_w_fp32"}, f));
+  const Tensor* x = &f.dump["x"];
+  const Tensor* y_reconstruct = &f.dump["y_forward_reconstruct"];
+  const Tensor* y_matmul = &f.dump["y_x_matmul_w_fp32"];
   HostCase c;
-  c.w.k = trellis->dim(0) * 16;
-  c.w.n = trellis->dim(1) * 16;
-  c.w.bits = static_cast<int>(trellis->dim(2) / 16);
-  c.w.codebook = Codebook::kMul1;
-  c.w.trellis = *trellis;
-  c.w.suh = *suh;
-  c.w.svh = *svh;
+  c.w = f.weight;
   c.in_features = c.w.k;
   c.out_features = c.w.n;
   ASSERT_EQ(x->dim(1), c.w.k);

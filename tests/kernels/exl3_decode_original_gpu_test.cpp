@@ -16,6 +16,8 @@
 #include <vector>
 
 #include "common/cuda_test_util.h"
+#include "common/exl3_gpu_layers.h"
+#include "common/fixture_linear.h"
 #include "common/test_paths.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_check.cuh"
@@ -181,29 +183,10 @@ class Exl3DecodeOriginalFixtureGpuTest : public Exl3DecodeOriginalGpuTest,
                                          public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(Exl3DecodeOriginalFixtureGpuTest, MatchesExllamaReconstructedWeight) {
-  const std::string model_path = testing::source_path("models/exl3-4.0bpw/model.safetensors");
-  const std::string ref_path = testing::test_data("reference/exl3_4.0bpw_linears.safetensors");
-  EXL3_REQUIRE_FILE(model_path);
-  EXL3_REQUIRE_FILE(ref_path);
-  absl::StatusOr<SafetensorsCollection> model = SafetensorsCollection::open_file(model_path);
-  absl::StatusOr<SafetensorsCollection> ref = SafetensorsCollection::open_file(ref_path);
-  ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  const std::string prefix = "model.layers.0." + GetParam();
-  absl::StatusOr<Tensor> trellis = model->get(prefix + ".trellis");
-  absl::StatusOr<Tensor> suh = model->get(prefix + ".suh");
-  absl::StatusOr<Tensor> svh = model->get(prefix + ".svh");
-  absl::StatusOr<Tensor> reconstructed = ref->get("layers.0." + GetParam() + ".weight_reconstructed");
-  for (const auto* t : {&trellis, &suh, &svh, &reconstructed}) ASSERT_TRUE(t->ok()) << t->status();
-  ASSERT_TRUE(model->has(prefix + ".mul1"));
-  Exl3Weight w;
-  w.k = trellis->dim(0) * 16;
-  w.n = trellis->dim(1) * 16;
-  w.bits = static_cast<int>(trellis->dim(2) / 16);
-  w.codebook = Codebook::kMul1;
-  w.trellis = *trellis;
-  w.suh = *suh;
-  w.svh = *svh;
+  testing::FixtureLinear f;
+  ASSERT_NO_FATAL_FAILURE(testing::load_fixture_linear(GetParam(), {"weight_reconstructed"}, f));
+  const Exl3Weight& w = f.weight;
+  const Tensor* reconstructed = &f.dump["weight_reconstructed"];
   ASSERT_EQ(reconstructed->shape(), Shape({w.k, w.n}));
 
   const DeviceWeight d(w);
@@ -240,14 +223,8 @@ TEST_F(Exl3DecodeOriginalGpuTest, TimingPrintout) {
   constexpr int64_t kN = 14336;
   constexpr int kWarmup = 3;
   constexpr int kIters = 20;
-  std::vector<int16_t> words(static_cast<size_t>(kK / 16 * (kN / 16) * 16 * 8));
-  uint32_t state = 2463534242u;
-  for (int16_t& v : words) {
-    state ^= state << 13;
-    state ^= state >> 17;
-    state ^= state << 5;
-    v = static_cast<int16_t>(state & 0xFFFFu);
-  }
+  const std::vector<int16_t> words =
+      testing::random_trellis_words(static_cast<size_t>(kK / 16 * (kN / 16) * 16 * 8), 2463534242u);
   DeviceBuffer<int16_t> trellis(words.size());
   trellis.upload(words.data(), words.size());
   std::vector<uint16_t> scales(static_cast<size_t>(std::max(kK, kN)), float_to_half_bits(0.75f));

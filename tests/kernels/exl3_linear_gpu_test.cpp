@@ -18,6 +18,7 @@
 
 #include "common/test_paths.h"
 #include "common/cuda_test_util.h"
+#include "common/fixture_linear.h"
 #include "common/exl3_gpu_layers.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_check.cuh"
@@ -339,22 +340,13 @@ class Exl3LinearFixtureTest : public Exl3LinearGpuTest,
                               public ::testing::WithParamInterface<std::string> {};
 
 TEST_P(Exl3LinearFixtureTest, MatchesExllamaForward) {
-  const std::string model_path = testing::source_path("models/exl3-4.0bpw/model.safetensors");
-  const std::string ref_path = testing::test_data("reference/exl3_4.0bpw_linears.safetensors");
-  EXL3_REQUIRE_FILE(model_path);
-  EXL3_REQUIRE_FILE(ref_path);
-  absl::StatusOr<SafetensorsCollection> model = SafetensorsCollection::open_file(model_path);
-  absl::StatusOr<SafetensorsCollection> ref = SafetensorsCollection::open_file(ref_path);
-  ASSERT_TRUE(model.ok()) << model.status();
-  ASSERT_TRUE(ref.ok()) << ref.status();
-  const std::string prefix = "model.layers.0." + GetParam();
-  absl::StatusOr<Tensor> trellis = model->get(prefix + ".trellis");
-  absl::StatusOr<Tensor> suh = model->get(prefix + ".suh");
-  absl::StatusOr<Tensor> svh = model->get(prefix + ".svh");
-  absl::StatusOr<Tensor> x = ref->get("layers.0." + GetParam() + ".x");
-  absl::StatusOr<Tensor> y_forward = ref->get("layers.0." + GetParam() + ".y_forward");
-  for (const auto* t : {&trellis, &suh, &svh, &x, &y_forward}) ASSERT_TRUE(t->ok()) << t->status();
-  ASSERT_TRUE(model->has(prefix + ".mul1"));
+  testing::FixtureLinear f;
+  ASSERT_NO_FATAL_FAILURE(testing::load_fixture_linear(GetParam(), {"x", "y_forward"}, f));
+  const Tensor* trellis = &f.weight.trellis;
+  const Tensor* suh = &f.weight.suh;
+  const Tensor* svh = &f.weight.svh;
+  const Tensor* x = &f.dump["x"];
+  const Tensor* y_forward = &f.dump["y_forward"];
 
   HostLayer layer;
   layer.k = trellis->dim(0) * 16;
@@ -498,14 +490,8 @@ TEST_F(Exl3LinearGpuTest, DISABLED_TimingSweep70B) {
   constexpr int kLaunches = 50;
   constexpr int kReplays = 5;
   // One buffer of random words serves every K (any bit pattern is a valid trellis).
-  std::vector<int16_t> words(static_cast<size_t>(kK / 16 * (kN / 16) * 16 * 8));
-  uint32_t state = 12345u;
-  for (int16_t& w : words) {
-    state ^= state << 13;
-    state ^= state >> 17;
-    state ^= state << 5;
-    w = static_cast<int16_t>(state & 0xFFFFu);
-  }
+  const std::vector<int16_t> words =
+      testing::random_trellis_words(static_cast<size_t>(kK / 16 * (kN / 16) * 16 * 8), 12345u);
   DeviceBuffer<int16_t> trellis(words.size());
   trellis.upload(words.data(), words.size());
   std::mt19937 rng(77);

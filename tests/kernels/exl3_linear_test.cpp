@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "common/fixture_linear.h"
 #include "common/test_paths.h"
 #include "gtest/gtest.h"
 #include "kernels/ops.h"
@@ -60,37 +61,11 @@ Tensor matmul_double(const Tensor& x, const Tensor& w) {
 class Exl3LinearTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const std::string model_path = testing::source_path("models/exl3-4.0bpw/model.safetensors");
-    const std::string ref_path = testing::test_data("reference/exl3_4.0bpw_linears.safetensors");
-    EXL3_REQUIRE_FILE(model_path);
-    EXL3_REQUIRE_FILE(ref_path);
-    absl::StatusOr<SafetensorsCollection> model = SafetensorsCollection::open_file(model_path);
-    absl::StatusOr<SafetensorsCollection> ref = SafetensorsCollection::open_file(ref_path);
-    ASSERT_TRUE(model.ok()) << model.status();
-    ASSERT_TRUE(ref.ok()) << ref.status();
-
-    const std::string prefix = "model.layers.0." + GetParam();
-    absl::StatusOr<Tensor> trellis = model->get(prefix + ".trellis");
-    absl::StatusOr<Tensor> suh = model->get(prefix + ".suh");
-    absl::StatusOr<Tensor> svh = model->get(prefix + ".svh");
-    ASSERT_TRUE(trellis.ok()) << trellis.status();
-    ASSERT_TRUE(suh.ok()) << suh.status();
-    ASSERT_TRUE(svh.ok()) << svh.status();
-    ASSERT_TRUE(model->has(prefix + ".mul1"));
-    weight_.k = trellis->dim(0) * 16;
-    weight_.n = trellis->dim(1) * 16;
-    weight_.bits = static_cast<int>(trellis->dim(2) / 16);
-    weight_.codebook = Codebook::kMul1;
-    weight_.trellis = *trellis;
-    weight_.suh = *suh;
-    weight_.svh = *svh;
-
-    const std::string ref_prefix = "layers.0." + GetParam();
-    for (const char* name : {"weight_reconstructed", "x", "y_forward", "suh", "svh"}) {
-      absl::StatusOr<Tensor> t = ref->get(ref_prefix + "." + name);
-      ASSERT_TRUE(t.ok()) << t.status();
-      ref_[name] = *t;
-    }
+    testing::FixtureLinear f;
+    ASSERT_NO_FATAL_FAILURE(
+        testing::load_fixture_linear(GetParam(), {"weight_reconstructed", "x", "y_forward", "suh", "svh"}, f));
+    weight_ = f.weight;
+    ref_ = f.dump;
   }
 
   Exl3Weight weight_;
