@@ -12,6 +12,7 @@
 #include "bench/bench_cli.h"
 #include "bench/gemv_bench.h"
 #include "common/cuda_test_util.h"
+#include "common/test_paths.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -29,7 +30,7 @@ nlohmann::json read_json(const std::string& path) {
 class GemvBenchGpuTest : public testing::CudaTest {};
 
 TEST_F(GemvBenchGpuTest, GemvReportsSaneRatesAndAPassingCheck) {
-  const std::string json_path = std::string(EXL3_TEST_WORK_DIR) + "/gemv_bench_gpu_test.json";
+  const std::string json_path = testing::work_path("gemv_bench_gpu_test.json");
   std::string err;
   ASSERT_EQ(run_bench({"gemv", "--shapes", "1024x2048", "--bits", "2,4", "--codebooks", "3inst", "--rows", "1,8",
                        "--iters", "20", "--repeats", "3", "--json", json_path},
