@@ -155,8 +155,8 @@ void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream) {
     launch_exl3_gemv_linear(q, device_sm_count(), stream);
     return;
   }
-  EXL3_CHECK(!p.int8_activations, "int8 activations need the few-rows path, which ", p.m, " rows of a ", p.k, "x",
-             p.n, " linear with ", p.scratch_c_floats, " scratch floats cannot take");
+  // Here with int8_activations only when scratch_c cannot hold the few-rows path's slices (a step
+  // limit of very few rows): the linear runs with fp16 activations rather than fail.
   launch_exl3_input_transform(p, stream);
   Exl3GemmParams gemm;
   gemm.a = p.scratch_a;

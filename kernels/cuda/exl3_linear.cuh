@@ -51,7 +51,8 @@ struct Exl3LinearParams {
   // (m <= 4) keep one partial product per k-slice there instead of adding them with atomics.
   int64_t scratch_c_floats = 0;
   // The few-rows path quantizes the transformed input to int8 per 128 inputs
-  // (kernels/int8_activations.h): MUL1 only, m <= kInt8ActivationsMaxRows (EXL3_CHECK).
+  // (kernels/int8_activations.h): MUL1 only, m <= 32 (EXL3_CHECK in the grouped launch). Where
+  // scratch_c cannot hold that path's slices, launch_exl3_linear runs the fp16 path instead.
   bool int8_activations = false;
 };
 

@@ -1,7 +1,8 @@
 // GPU tests of the int8-activation EXL3 matmul (kernels/cuda/exl3_gemv_int8.cu) against its
 // reference exl3_gemv_int8_ref (kernels/ref/int8_activations_ref.h): the whole linear with
 // Exl3LinearParams::int8_activations on, for every K, 1..32 rows, padded features, bias, grouped
-// launches and non-finite inputs; plus how far int8 activations move the output from the fp16 path.
+// launches, non-finite inputs and too little scratch; plus how far int8 activations move the output
+// from the fp16 path.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -234,6 +235,30 @@ TEST_F(Exl3GemvInt8GpuTest, GroupedLinearsMatchTheirReferences) {
     EXPECT_LE(dev.rel_rms, kRelRms);
     EXPECT_LE(dev.max_abs, kMaxAbsRel * dev.ref_rms) << "worst element " << dev.worst;
   }
+}
+
+// With a scratch_c too small for the few-rows path's k-slices, int8 activations give way to the
+// fp16 path (launch_exl3_gemm) instead of failing: the call without them, up to that path's
+// split-K atomics (last bits; int8 would move the output by ~0.7%).
+TEST_F(Exl3GemvInt8GpuTest, TooLittleScratchFallsBackToFp16) {
+  constexpr int64_t kM = 16, kK = 14336, kN = 384;
+  const HostLayer h = random_layer(kK, kN, 4, Codebook::kMul1, 51);
+  const DeviceLayer d(h);
+  std::mt19937 rng(52);
+  const std::vector<uint16_t> x = normal_halves(static_cast<size_t>(kM * kK), rng);
+  LinearCall call;
+  call.m = kM;
+  call.in_features = kK;
+  call.out_features = kN;
+  call.x = x.data();
+  call.y_f32 = true;
+  call.scratch_rows = kM;  // room for one k-slice; the int8 path needs ceil(896 / 24) of them
+  call.int8_activations = true;
+  const std::vector<float> with_int8 = gpu_linear(h, d, call);
+  call.int8_activations = false;
+  const std::vector<float> without = gpu_linear(h, d, call);
+  ASSERT_EQ(with_int8.size(), without.size());
+  EXPECT_LE(compare(with_int8, without).rel_rms, kRelRms);
 }
 
 // A NaN or an infinity in a row's input makes that row's outputs NaN (as the fp16 path's would be);
