@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kernels/check.h"
 #include "kernels/ops.h"
@@ -26,10 +27,14 @@ void check_activations(const Tensor& a) {
 
 float int8_quantize_block_ref(const float* a, int8_t* q) {
   float amax = 0.0f;
-  for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(a[i]));
-  if (amax == 0.0f) {
+  bool finite = true;
+  for (int64_t i = 0; i < kBlock; ++i) {
+    finite = finite && std::isfinite(a[i]);
+    if (std::isfinite(a[i])) amax = std::max(amax, std::fabs(a[i]));
+  }
+  if (!finite || amax == 0.0f) {
     for (int64_t i = 0; i < kBlock; ++i) q[i] = 0;
-    return 0.0f;
+    return finite ? 0.0f : std::numeric_limits<float>::quiet_NaN();
   }
   const float inv = 127.0f / amax;
   for (int64_t i = 0; i < kBlock; ++i) {

@@ -16,7 +16,9 @@ struct Int8ActivationsRef {
   Tensor scales;  // F32 [m, k / 128]; the block's values are q · scale
 };
 
-// One block of 128 values: amax = max |a| (fp32); amax == 0 gives scale 0 and q = 0; otherwise
+// One block of 128 values: a NaN or infinite value gives a NaN scale and q = 0 (the block's values
+// become NaN, as a non-finite input would make the fp16 path's outputs); else amax = max |a|
+// (fp32); amax == 0 gives scale 0 and q = 0; otherwise
 // inv = 127 / amax (fp32 division), q = clamp(round-half-even(a · inv) (fp32 product), -127, 127)
 // and scale = amax / 127 (fp32 division). Returns the scale.
 float int8_quantize_block_ref(const float* a, int8_t* q);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -93,6 +94,24 @@ TEST(Int8ActivationsRef, AllZerosGiveZeroScale) {
   for (int64_t i = 0; i < kBlock; ++i) {
     EXPECT_EQ(q[i], 0);
     EXPECT_EQ(back[i], 0.0f);
+  }
+}
+
+// A NaN or an infinity makes the block's scale NaN and every value of it NaN (as the CUDA kernel
+// makes the row's outputs NaN), never finite numbers.
+TEST(Int8ActivationsRef, NonFiniteValuesPoisonTheirBlock) {
+  for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+                          -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> a(kBlock, 0.5f);
+    a[3] = bad;
+    std::vector<int8_t> q;
+    float scale = 0.0f;
+    const std::vector<float> back = quantize_back(a, q, scale);
+    EXPECT_TRUE(std::isnan(scale)) << bad;
+    for (int64_t i = 0; i < kBlock; ++i) {
+      EXPECT_EQ(q[i], 0) << bad << " at " << i;
+      EXPECT_TRUE(std::isnan(back[i])) << bad << " at " << i;
+    }
   }
 }
 
