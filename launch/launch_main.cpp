@@ -13,6 +13,7 @@
 #include "coordinator/planner/byte_units.h"
 #include "coordinator/server/malloc_arenas.h"
 #include "coordinator/server/public_api_flags.h"
+#include "coordinator/server/serving_flags.h"
 #include "launch/gpu_probe.h"
 #include "launch/launcher.h"
 
@@ -32,8 +33,6 @@ int main(int argc, char** argv) {
   exl3::CoordinatorOptions& c = o.coordinator;
   std::string gpus, split, mode = "tp";
   std::string step_graphs = "on";
-  std::string cache_bits = "16,16";
-  std::string int8_activations = "off";
   int cpu_workers = 0;
   double ready_timeout_s = 120, step_timeout_s = 60;
   CLI::App app{"exl3-launch: serve a Llama-family EXL3 or HF model over one worker per device, with a gRPC API.\n"
@@ -65,46 +64,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--control-port", c.control_port, "Port of the worker control plane (0 = any free port; a port in use is an error)")
       ->capture_default_str();
-  app.add_option("--max-seq-len", c.max_seq_len, "Longest sequence served, prompt + output (default: the model's)");
-  app.add_option("--max-batch", c.max_batch, "Most sequences running at once (continuous batching)")
-      ->capture_default_str();
-  app.add_option("--cache-tokens", c.cache_tokens,
-                 "KV cache size in tokens, the same on every worker (rounded up to whole pages; at least "
-                 "--max-seq-len); refused when the caps cannot hold it. Default: --max-batch full-length sequences, or, "
-                 "when the caps cannot hold that many, the most pages that fit (at least one full-length sequence; "
-                 "requests then wait for pages)")
-      ->check(CLI::NonNegativeNumber);
+  exl3::ServingFlagText serving;
+  exl3::add_serving_flags(app, c, serving);
   app.add_option("--page-size", c.page_size, "KV cache page size in tokens")->capture_default_str();
-  app.add_option("--cache-bits", cache_bits,
-                 "KV cache widths K,V (a single N means N,N): each 2..8 = quantized to that many bits per element "
-                 "(per 32-element group: Hadamard rotation + fp16 scale, exl3-format.md section 9), or 16 = full "
-                 "precision (F16 on GPUs, F32 on CPU workers). The planner prices pages at these widths, so the same "
-                 "--split holds more cache tokens (4,4 stores 4.5 bits per element vs 16)")
-      ->capture_default_str();
-  app.add_option("--int8-activations", int8_activations,
-                 exl3::int8_activations_flag_help() + " (the coordinator sends it to every worker)")
-      ->capture_default_str();
   app.add_option("--prefill-chunk", c.prefill_chunk, "Most prompt tokens of one sequence per step")
-      ->capture_default_str();
-  app.add_option("--decode-steps", c.decode_steps, "Decode iterations per worker command (fewer round trips)")
-      ->capture_default_str();
-  app.add_flag("--step-pipeline,!--no-step-pipeline", c.step_pipeline,
-               "Send each step to the workers while the previous one still runs (decoding sequences continue from "
-               "the tokens sampled on the workers; what a sequence that stopped meanwhile computed is discarded), so "
-               "the workers never wait for a coordinator round trip between steps. Outputs are the same either way; "
-               "--no-step-pipeline: one step at a time. Not used with --draft-model")
-      ->capture_default_str();
-  app.add_option("--draft-model", c.draft_model_dir,
-                 "Speculative decoding: directory of a smaller model with the same tokenizer (e.g. the same model "
-                 "at fewer bits per weight); the lowest rank with the head loads it whole and proposes "
-                 "--draft-tokens tokens per decode step, which the model verifies in one forward (rejection "
-                 "sampling: outputs are distributed exactly as without a draft; greedy output is the same)");
-  app.add_option("--draft-tokens", c.draft_tokens, "Tokens the draft model proposes per decode step (1..16)")
-      ->check(CLI::Range(1, 16))
-      ->capture_default_str();
-  app.add_flag("--prefix-cache,!--no-prefix-cache", c.prefix_cache,
-               "Reuse the KV cache pages of prompt prefixes computed before (kept after requests end, evicted least "
-               "recently used when pages run short); --no-prefix-cache or --prefix-cache=false turns it off")
       ->capture_default_str();
   app.add_option("--ready-timeout", ready_timeout_s, "Seconds for all workers to connect")->capture_default_str();
   app.add_option("--step-timeout", step_timeout_s, "Seconds one step (and each collective) may take")
@@ -162,16 +125,8 @@ int main(int argc, char** argv) {
       ->capture_default_str()->group(openai_group);
   CLI11_PARSE(app, argc, argv);
   o.step_graphs = step_graphs == "on";
-  if (const auto bits = exl3::parse_kv_cache_bits(cache_bits, "--cache-bits"); bits.ok()) {
-    c.cache_bits = *bits;
-  } else {
-    std::fprintf(stderr, "exl3-launch: %s\n", std::string(bits.status().message()).c_str());
-    return 2;
-  }
-  if (const auto int8 = exl3::parse_int8_activations(int8_activations, "--int8-activations"); int8.ok()) {
-    c.int8_activations = *int8;
-  } else {
-    std::fprintf(stderr, "exl3-launch: %s\n", std::string(int8.status().message()).c_str());
+  if (const absl::Status st = exl3::apply_serving_flags(serving, c); !st.ok()) {
+    std::fprintf(stderr, "exl3-launch: %s\n", std::string(st.message()).c_str());
     return 2;
   }
   if (const absl::Status s = exl3::apply_public_api_flags(api_files, c); !s.ok()) {

@@ -9,6 +9,7 @@
 #include "coordinator/server/coordinator.h"
 #include "coordinator/server/malloc_arenas.h"
 #include "coordinator/server/public_api_flags.h"
+#include "coordinator/server/serving_flags.h"
 #include "worker/comm/cluster_secret.h"
 
 namespace {
@@ -21,7 +22,7 @@ void on_signal(int) { g_stop_signal = true; }
 int main(int argc, char** argv) {
   exl3::limit_malloc_arenas();
   exl3::CoordinatorOptions o;
-  std::string mode = "tp", split, backend = "cpu", cache_bits = "16,16", int8_activations = "off";
+  std::string mode = "tp", split, backend = "cpu";
   CLI::App app{"exl3-coordinator: serves the gRPC generate API and drives workers that dial in"};
   app.add_option("--model", o.model_dir, "Model directory (config.json, *.safetensors, tokenizer.json)")->required();
   app.add_option("--world", o.world_size, "Number of workers that will register")->required()->check(CLI::PositiveNumber);
@@ -38,38 +39,8 @@ int main(int argc, char** argv) {
                  "worker must be started with the same --backend")
       ->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   app.add_option("--split", split, "Per-worker memory caps in GiB, comma separated (default: each worker's free memory)");
-  app.add_option("--max-seq-len", o.max_seq_len, "Longest sequence served, prompt + output (default: the model's)");
-  app.add_option("--max-batch", o.max_batch, "Sequences running at once")->capture_default_str();
-  app.add_option("--cache-tokens", o.cache_tokens,
-                 "KV cache size in tokens, the same on every worker (rounded up to whole pages; at least --max-seq-len); "
-                 "refused when the caps cannot hold it. Default: --max-batch full-length sequences, or the most that "
-                 "fits the caps (at least one)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--cache-bits", cache_bits,
-                 "KV cache widths K,V (a single N means N,N): each 2..8 = quantized to that many bits per element, or "
-                 "16 = full precision (F16 on GPUs, F32 on CPU workers); sent to every worker, and the planner prices "
-                 "pages at these widths")
-      ->capture_default_str();
-  app.add_option("--int8-activations", int8_activations, exl3::int8_activations_flag_help() + "; sent to every worker")
-      ->capture_default_str();
-  app.add_option("--decode-steps", o.decode_steps, "Decode iterations per worker command")->capture_default_str();
-  app.add_flag("--step-pipeline,!--no-step-pipeline", o.step_pipeline,
-               "Send each step to the workers while the previous one still runs (decoding sequences continue from "
-               "the tokens sampled on the workers; what a sequence that stopped meanwhile computed is discarded), so "
-               "the workers never wait for a coordinator round trip between steps. Outputs are the same either way; "
-               "--no-step-pipeline: one step at a time. Not used with --draft-model")
-      ->capture_default_str();
-  app.add_option("--draft-model", o.draft_model_dir,
-                 "Speculative decoding: directory of a smaller model with the same tokenizer (e.g. the same model "
-                 "at fewer bits per weight); the lowest rank with the head loads it whole and proposes "
-                 "--draft-tokens tokens per decode step, which the model verifies in one forward (rejection "
-                 "sampling: outputs are distributed exactly as without a draft; greedy output is the same)");
-  app.add_option("--draft-tokens", o.draft_tokens, "Tokens the draft model proposes per decode step (1..16)")
-      ->check(CLI::Range(1, 16))
-      ->capture_default_str();
-  app.add_flag("--prefix-cache,!--no-prefix-cache", o.prefix_cache,
-               "Reuse KV pages of prompt prefixes computed before; --no-prefix-cache or --prefix-cache=false: off")
-      ->capture_default_str();
+  exl3::ServingFlagText serving;
+  exl3::add_serving_flags(app, o, serving);
   std::string cluster_secret_file;
   app.add_option("--cluster-secret-file", cluster_secret_file,
                  "File holding the secret every worker must present on the control plane (give the same file to every "
@@ -95,16 +66,8 @@ int main(int argc, char** argv) {
                  o.control_host.c_str());
   }
   o.mode = *exl3::parse_plan_mode(mode);
-  if (const auto bits = exl3::parse_kv_cache_bits(cache_bits, "--cache-bits"); bits.ok()) {
-    o.cache_bits = *bits;
-  } else {
-    std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(bits.status().message()).c_str());
-    return 2;
-  }
-  if (const auto int8 = exl3::parse_int8_activations(int8_activations, "--int8-activations"); int8.ok()) {
-    o.int8_activations = *int8;
-  } else {
-    std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(int8.status().message()).c_str());
+  if (const absl::Status st = exl3::apply_serving_flags(serving, o); !st.ok()) {
+    std::fprintf(stderr, "exl3-coordinator: %s\n", std::string(st.message()).c_str());
     return 2;
   }
   o.backend = *exl3::parse_backend(backend);
