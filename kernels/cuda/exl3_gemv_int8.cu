@@ -54,7 +54,8 @@ __device__ __forceinline__ int staged_word(int kk) {  // input kk of a tile -> w
   return 4 * ((kk % 8) / 2) + (kk & 1) + 2 * (kk / 8);
 }
 
-// The block's shared memory, carved from the dynamic allocation (int8_smem_words).
+// The block's shared memory beside the (static) rings, carved from the dynamic allocation:
+// int8_smem_words less the rings.
 struct Int8Smem {
   uint32_t* staged;   // [m][row_words]
   float* scale;       // [groups][kMaxSliceBlocks][kInt8GroupRows]: the block's scale · KINV
