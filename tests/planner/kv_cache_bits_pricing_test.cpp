@@ -12,26 +12,13 @@
 #include "coordinator/planner/plan_table.h"
 #include "coordinator/planner/shard_planner.h"
 #include "gtest/gtest.h"
+#include "planner/llama_shapes.h"
 #include "planner/rank_plan_conversions.h"
 #include "worker/kv_cache.h"
 #include "worker/model/llama_model.h"
 
 namespace exl3 {
 namespace {
-
-ModelConfig llama3_8b() {
-  ModelConfig c;
-  c.architecture_name = "LlamaForCausalLM";
-  c.num_layers = 32;
-  c.hidden_size = 4096;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  c.intermediate_size = 14336;
-  c.vocab_size = 128256;
-  c.max_position_embeddings = 8192;
-  return c;
-}
 
 ModelFootprint footprint(const ModelConfig& c, BackendKind backend, KvCacheBits bits,
                          const SafetensorsCollection* tensors = nullptr) {
@@ -51,13 +38,13 @@ TEST(KvCachePricing, BytesPerTokenCpu8B) {
     uint64_t per_token;
   } cases[] = {{{16, 16}, 262144}, {{4, 4}, 36864}, {{8, 4}, 53248}, {{16, 4}, 4096 * 32 + 576 * 32}};
   for (const auto& c : cases) {
-    const ModelFootprint fp = footprint(llama3_8b(), BackendKind::kCpu, c.bits);
+    const ModelFootprint fp = footprint(testing::llama3_8b_config(), BackendKind::kCpu, c.bits);
     EXPECT_EQ(fp.total_cache_bytes(1), c.per_token) << kv_cache_bits_name(c.bits);
     EXPECT_EQ(fp.total_cache_bytes(1000), 1000 * c.per_token) << kv_cache_bits_name(c.bits);
     EXPECT_EQ(fp.layer_cache_bytes(5, 1), c.per_token / 32) << kv_cache_bits_name(c.bits);
   }
   // One attention unit (1 KV head of 128 = 4 groups) at 4,4: 2 x 4 x 18 bytes per token.
-  const ModelFootprint q = footprint(llama3_8b(), BackendKind::kCpu, {4, 4});
+  const ModelFootprint q = footprint(testing::llama3_8b_config(), BackendKind::kCpu, {4, 4});
   EXPECT_EQ(q.layers[0].attention.cache_bytes(2, 3, 10), 10u * 2u * 4u * 18u);
 }
 
@@ -180,7 +167,7 @@ TEST(KvCachePricing, RequestedCacheTokensFitQuantized) {
 }
 
 TEST(KvCachePricing, RefusesVectorsNotMultipleOf32) {
-  ModelConfig c = llama3_8b();
+  ModelConfig c = testing::llama3_8b_config();
   c.num_kv_heads = 1;
   c.num_heads = 8;
   c.head_dim = 80;  // one unit of 80 elements

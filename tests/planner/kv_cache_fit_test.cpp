@@ -24,24 +24,11 @@
 #include "coordinator/planner/plan_table.h"
 #include "coordinator/planner/shard_planner.h"
 #include "gtest/gtest.h"
+#include "planner/llama_shapes.h"
 #include "worker/loader/safetensors.h"
 
 namespace exl3 {
 namespace {
-
-ModelConfig llama31_70b() {
-  ModelConfig c;
-  c.architecture_name = "LlamaForCausalLM";
-  c.num_layers = 80;
-  c.hidden_size = 8192;
-  c.num_heads = 64;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  c.intermediate_size = 28672;
-  c.vocab_size = 128256;
-  c.max_position_embeddings = 131072;
-  return c;
-}
 
 int64_t pad128(int64_t v) { return (v + 127) / 128 * 128; }
 
@@ -120,10 +107,10 @@ class PlannerCacheFit70b : public ::testing::Test {
   static std::string dir() { return testing::work_path(absl::StrCat("planner-llama-3.1-70b-sparse-", getpid())); }
 
   static void SetUpTestSuite() {
-    write_sparse_model(dir(), llama31_70b(), 4, 6);
+    write_sparse_model(dir(), testing::llama31_70b_config(), 4, 6);
     auto tensors = SafetensorsCollection::open_dir(dir());
     ASSERT_TRUE(tensors.ok()) << tensors.status();
-    auto fp = build_model_footprint(llama31_70b(), BackendKind::kCuda, &*tensors);
+    auto fp = build_model_footprint(testing::llama31_70b_config(), BackendKind::kCuda, &*tensors);
     ASSERT_TRUE(fp.ok()) << fp.status();
     fp_ = new ModelFootprint(std::move(*fp));
   }
@@ -325,7 +312,7 @@ TEST_F(PlannerCacheFit70b, EmbeddingCostsNoDeviceMemoryOnCuda) {
   without.has_embedding = false;
   EXPECT_EQ(price_rank(*fp_, o, with).weights, price_rank(*fp_, o, without).weights);
 
-  auto cpu = build_model_footprint(llama31_70b(), BackendKind::kCpu);
+  auto cpu = build_model_footprint(testing::llama31_70b_config(), BackendKind::kCpu);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   EXPECT_EQ(cpu->embedding_bytes, 4ull * 128256 * 8192);
   EXPECT_EQ(cpu->embedding_host_bytes, 0u);

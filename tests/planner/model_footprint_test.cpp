@@ -8,26 +8,11 @@
 
 #include "common/test_paths.h"
 #include "gtest/gtest.h"
+#include "planner/llama_shapes.h"
 
 namespace exl3 {
 namespace {
 
-ModelConfig llama(int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
-                  int64_t intermediate, int64_t vocab) {
-  ModelConfig c;
-  c.architecture_name = "LlamaForCausalLM";
-  c.num_layers = layers;
-  c.hidden_size = hidden;
-  c.num_heads = heads;
-  c.num_kv_heads = kv_heads;
-  c.head_dim = head_dim;
-  c.intermediate_size = intermediate;
-  c.vocab_size = vocab;
-  return c;
-}
-
-ModelConfig llama3_8b() { return llama(32, 4096, 32, 8, 128, 14336, 128256); }
-ModelConfig llama3_70b() { return llama(80, 8192, 64, 8, 128, 28672, 128256); }
 
 // Parameters of a Llama model counted by hand: q, k, v, o, gate, up, down, two norms per layer;
 // embedding, final norm, lm_head.
@@ -39,7 +24,7 @@ uint64_t llama_parameters(const ModelConfig& c) {
 }
 
 TEST(ModelFootprint, Llama3_8bUnitsAndCpuBytes) {
-  auto fp = build_model_footprint(llama3_8b(), BackendKind::kCpu);
+  auto fp = build_model_footprint(testing::llama3_8b_config(), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   ASSERT_EQ(fp->layers.size(), 32u);
   const ComponentFootprint& a = fp->layers[5].attention;
@@ -53,7 +38,7 @@ TEST(ModelFootprint, Llama3_8bUnitsAndCpuBytes) {
   EXPECT_EQ(m.unit_weight_bytes(), 4u * 3 * 4096 * 128);
   EXPECT_EQ(fp->head.units, 1002);
   EXPECT_EQ(fp->head.unit_weight_bytes(), 4u * 4096 * 128);
-  EXPECT_EQ(fp->total_weight_bytes(), 4 * llama_parameters(llama3_8b()));
+  EXPECT_EQ(fp->total_weight_bytes(), 4 * llama_parameters(testing::llama3_8b_config()));
   EXPECT_EQ(fp->replicated_bytes(), 4u * (128256 * 4096 + 32 * 2 * 4096 + 4096));
   EXPECT_EQ(fp->total_cache_bytes(256), 32u * 256 * 8 * 128 * 2 * 4);
   // Workspace: 4 bytes x (4 hidden + 2 q + 2 kv + 3 intermediate + vocab) per token, a score row per
@@ -64,20 +49,20 @@ TEST(ModelFootprint, Llama3_8bUnitsAndCpuBytes) {
 }
 
 TEST(ModelFootprint, Llama3_70bCpuBytes) {
-  auto fp = build_model_footprint(llama3_70b(), BackendKind::kCpu);
+  auto fp = build_model_footprint(testing::llama31_70b_config(), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
-  EXPECT_EQ(fp->total_weight_bytes(), 4 * llama_parameters(llama3_70b()));
+  EXPECT_EQ(fp->total_weight_bytes(), 4 * llama_parameters(testing::llama31_70b_config()));
   EXPECT_EQ(fp->layers[0].attention.units, 8);
   EXPECT_EQ(fp->layers[0].mlp.units, 224);
 }
 
 TEST(ModelFootprint, KvHeadGroupsFollowHeadDim) {
-  EXPECT_EQ(kv_heads_per_unit(llama(1, 512, 8, 4, 64, 512, 256)), 2);  // 2 x 64 = 128
-  EXPECT_EQ(kv_heads_per_unit(llama(1, 768, 8, 8, 96, 512, 256)), 4);  // 4 x 96 = 384
-  EXPECT_EQ(kv_heads_per_unit(llama(1, 4096, 32, 8, 128, 512, 256)), 1);
-  EXPECT_EQ(kv_heads_per_unit(llama(1, 4096, 16, 16, 256, 512, 256)), 1);
+  EXPECT_EQ(kv_heads_per_unit(testing::llama_config(1, 512, 8, 4, 64, 512, 256)), 2);  // 2 x 64 = 128
+  EXPECT_EQ(kv_heads_per_unit(testing::llama_config(1, 768, 8, 8, 96, 512, 256)), 4);  // 4 x 96 = 384
+  EXPECT_EQ(kv_heads_per_unit(testing::llama_config(1, 4096, 32, 8, 128, 512, 256)), 1);
+  EXPECT_EQ(kv_heads_per_unit(testing::llama_config(1, 4096, 16, 16, 256, 512, 256)), 1);
   // 6 KV heads of 96 cannot be cut on 128-feature boundaries except whole: one unit, and a note.
-  auto fp = build_model_footprint(llama(2, 576, 6, 6, 96, 512, 256), BackendKind::kCpu);
+  auto fp = build_model_footprint(testing::llama_config(2, 576, 6, 6, 96, 512, 256), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   EXPECT_EQ(fp->layers[0].attention.units, 1);
   EXPECT_EQ(fp->layers[0].attention.unit_size, 6);
@@ -86,7 +71,7 @@ TEST(ModelFootprint, KvHeadGroupsFollowHeadDim) {
 }
 
 TEST(ModelFootprint, PartialLastUnits) {
-  ModelConfig c = llama(2, 512, 8, 4, 64, 1000, 32001);
+  ModelConfig c = testing::llama_config(2, 512, 8, 4, 64, 1000, 32001);
   c.architecture = Architecture::kQwen2;  // q/k/v biases assumed without headers
   auto fp = build_model_footprint(c, BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
@@ -106,7 +91,7 @@ TEST(ModelFootprint, PartialLastUnits) {
 
 // Qwen3's q/k norms belong to attention: a rank holding no KV heads of a layer holds none of them.
 TEST(ModelFootprint, QkNormsGoWithAttention) {
-  ModelConfig c = llama(2, 512, 8, 4, 64, 512, 1000);
+  ModelConfig c = testing::llama_config(2, 512, 8, 4, 64, 512, 1000);
   c.architecture = Architecture::kQwen3;
   c.qk_norm = true;
   auto fp = build_model_footprint(c, BackendKind::kCpu);
@@ -118,7 +103,7 @@ TEST(ModelFootprint, QkNormsGoWithAttention) {
 }
 
 TEST(ModelFootprint, TiedEmbeddingsGiveADenseHead) {
-  ModelConfig c = llama(2, 512, 8, 4, 64, 512, 1000);
+  ModelConfig c = testing::llama_config(2, 512, 8, 4, 64, 512, 1000);
   c.tie_word_embeddings = true;
   auto fp = build_model_footprint(c, BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
@@ -130,7 +115,7 @@ TEST(ModelFootprint, BackendNamesAndCudaNeedsHeaders) {
   EXPECT_EQ(*parse_backend("cpu"), BackendKind::kCpu);
   EXPECT_EQ(*parse_backend("cuda"), BackendKind::kCuda);
   EXPECT_EQ(parse_backend("gpu").status().code(), absl::StatusCode::kInvalidArgument);
-  auto fp = build_model_footprint(llama3_8b(), BackendKind::kCuda);
+  auto fp = build_model_footprint(testing::llama3_8b_config(), BackendKind::kCuda);
   EXPECT_EQ(fp.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

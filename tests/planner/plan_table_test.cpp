@@ -6,22 +6,10 @@
 
 #include "coordinator/planner/byte_units.h"
 #include "gtest/gtest.h"
+#include "planner/llama_shapes.h"
 
 namespace exl3 {
 namespace {
-
-ModelConfig llama3_8b() {
-  ModelConfig c;
-  c.architecture_name = "LlamaForCausalLM";
-  c.num_layers = 32;
-  c.hidden_size = 4096;
-  c.num_heads = 32;
-  c.num_kv_heads = 8;
-  c.head_dim = 128;
-  c.intermediate_size = 14336;
-  c.vocab_size = 128256;
-  return c;
-}
 
 PlannerOptions options(PlanMode mode, std::vector<uint64_t> caps) {
   PlannerOptions o;
@@ -38,7 +26,7 @@ bool contains(const std::string& text, const std::string& needle) { return text.
 
 // --split 20,24 style caps for the fp32 CPU worker of an 8B model (about 32 GiB of weights).
 TEST(PlanTable, TensorParallelTwoRanks) {
-  auto fp = build_model_footprint(llama3_8b(), BackendKind::kCpu);
+  auto fp = build_model_footprint(testing::llama3_8b_config(), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   const std::vector<uint64_t> caps = {gib_to_bytes(20), gib_to_bytes(24)};
   auto plans = plan_shards(*fp, options(PlanMode::kTensorParallel, caps));
@@ -54,7 +42,7 @@ TEST(PlanTable, TensorParallelTwoRanks) {
 }
 
 TEST(PlanTable, LayerSplitFourRanks) {
-  auto fp = build_model_footprint(llama3_8b(), BackendKind::kCpu);
+  auto fp = build_model_footprint(testing::llama3_8b_config(), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   const std::vector<uint64_t> caps = {gib_to_bytes(8), gib_to_bytes(12), 0, gib_to_bytes(20)};
   auto plans = plan_shards(*fp, options(PlanMode::kLayers, caps));
@@ -69,7 +57,7 @@ TEST(PlanTable, LayerSplitFourRanks) {
 
 // Per-layer ranges that differ are printed as runs of layers, one per line.
 TEST(PlanTable, SummarisesRangesThatDifferBetweenLayers) {
-  auto fp = build_model_footprint(llama3_8b(), BackendKind::kCpu);
+  auto fp = build_model_footprint(testing::llama3_8b_config(), BackendKind::kCpu);
   ASSERT_TRUE(fp.ok()) << fp.status();
   const std::vector<uint64_t> caps = {gib_to_bytes(30), gib_to_bytes(30)};
   auto plans = plan_shards(*fp, options(PlanMode::kTensorParallel, caps));
