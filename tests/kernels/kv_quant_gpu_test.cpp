@@ -26,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/backend_tensors.h"
+#include "common/paged_kv_testing.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/attention_split.h"
@@ -63,40 +64,13 @@ using testing::to_host;
 
 Tensor i32(const std::vector<int32_t>& v) { return Tensor::from_vector(v, {static_cast<int64_t>(v.size())}); }
 
-struct CacheSpec {
-  int64_t num_pages, page_size, kv_heads, head_dim;
-  int k_bits, v_bits;
-  int64_t window;
-};
+using testing::CacheSpec;
 
 // The reference cache (F32 pages at 16 bits) or, with a backend, the device cache (F16 pages).
 PagedKv make_cache(const CacheSpec& s, Backend* b) {
-  auto zeros = [&](DType dtype, const Shape& shape) {
-    return b != nullptr ? device_zeros(*b, dtype, shape) : Tensor::zeros(dtype, shape);
-  };
-  PagedKv c;
-  c.page_size = s.page_size;
-  c.kv_heads = s.kv_heads;
-  c.head_dim = s.head_dim;
-  c.k_bits = s.k_bits;
-  c.v_bits = s.v_bits;
-  c.window = s.window;
-  const int64_t groups = s.kv_heads * s.head_dim / 32;
-  const Shape pages{s.num_pages, s.page_size, s.kv_heads, s.head_dim};
-  const DType page_dtype = b != nullptr ? DType::kF16 : DType::kF32;
-  if (s.k_bits == 16) {
-    c.k_pages = zeros(page_dtype, pages);
-  } else {
-    c.k_words = zeros(DType::kI32, {s.num_pages, s.page_size, groups * s.k_bits});
-    c.k_scales = zeros(DType::kF16, {s.num_pages, s.page_size, groups});
-  }
-  if (s.v_bits == 16) {
-    c.v_pages = zeros(page_dtype, pages);
-  } else {
-    c.v_words = zeros(DType::kI32, {s.num_pages, s.page_size, groups * s.v_bits});
-    c.v_scales = zeros(DType::kF16, {s.num_pages, s.page_size, groups});
-  }
-  return c;
+  if (b == nullptr) return testing::host_paged_kv(s);
+  return testing::make_paged_kv(s, DType::kF16,
+                                [&](DType dtype, const Shape& shape) { return device_zeros(*b, dtype, shape); });
 }
 
 // q of one group from its words (for diagnostics).

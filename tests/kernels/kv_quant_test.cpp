@@ -16,6 +16,7 @@
 #include <span>
 #include <vector>
 
+#include "common/paged_kv_testing.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_ops.h"
@@ -193,36 +194,8 @@ TEST(KvQuant, CpuRowQuantizerIsBitEqualToReference) {
 
 // ---- Caches -----------------------------------------------------------------------------------
 
-struct CacheSpec {
-  int64_t num_pages, page_size, kv_heads, head_dim;
-  int k_bits, v_bits;
-  int64_t window;
-};
-
-PagedKv host_cache(const CacheSpec& s) {
-  PagedKv c;
-  c.page_size = s.page_size;
-  c.kv_heads = s.kv_heads;
-  c.head_dim = s.head_dim;
-  c.k_bits = s.k_bits;
-  c.v_bits = s.v_bits;
-  c.window = s.window;
-  const int64_t groups = s.kv_heads * s.head_dim / 32;
-  const Shape pages{s.num_pages, s.page_size, s.kv_heads, s.head_dim};
-  if (s.k_bits == 16) {
-    c.k_pages = Tensor::zeros(DType::kF32, pages);
-  } else {
-    c.k_words = Tensor::zeros(DType::kI32, {s.num_pages, s.page_size, groups * s.k_bits});
-    c.k_scales = Tensor::zeros(DType::kF16, {s.num_pages, s.page_size, groups});
-  }
-  if (s.v_bits == 16) {
-    c.v_pages = Tensor::zeros(DType::kF32, pages);
-  } else {
-    c.v_words = Tensor::zeros(DType::kI32, {s.num_pages, s.page_size, groups * s.v_bits});
-    c.v_scales = Tensor::zeros(DType::kF16, {s.num_pages, s.page_size, groups});
-  }
-  return c;
-}
+using testing::CacheSpec;
+using testing::host_paged_kv;
 
 // Rows [n, kv_heads · head_dim] as the quantized cache returns them.
 Tensor round_trip(const Tensor& x, int bits) {
@@ -252,8 +225,8 @@ TEST(KvQuant, QuantizedAttentionEqualsAttentionOverDequantizedRows) {
   for (const auto& [kb, vb, window] :
        {std::array<int64_t, 3>{4, 16, 0}, std::array<int64_t, 3>{16, 3, 0}, std::array<int64_t, 3>{5, 3, 0},
         std::array<int64_t, 3>{8, 2, 9}, std::array<int64_t, 3>{16, 16, 6}}) {
-    PagedKv quant = host_cache({7, page_size, kv_heads, head_dim, static_cast<int>(kb), static_cast<int>(vb), window});
-    PagedKv full = host_cache({7, page_size, kv_heads, head_dim, 16, 16, window});
+    PagedKv quant = host_paged_kv({7, page_size, kv_heads, head_dim, static_cast<int>(kb), static_cast<int>(vb), window});
+    PagedKv full = host_paged_kv({7, page_size, kv_heads, head_dim, 16, 16, window});
     kv_write_ref(quant, pages, positions, k, v);
     kv_write_ref(full, pages, positions, round_trip(k, static_cast<int>(kb)), round_trip(v, static_cast<int>(vb)));
     const float diff = max_abs_diff(attention_ref(q, quant, pages, q_pos), attention_ref(q, full, pages, q_pos));
@@ -263,7 +236,7 @@ TEST(KvQuant, QuantizedAttentionEqualsAttentionOverDequantizedRows) {
 
 // The window by hand: one key per position, the query sees only the last `window` positions.
 TEST(KvQuant, WindowRestrictsKeysByHand) {
-  PagedKv c = host_cache({3, 2, 1, 2, 16, 16, 2});
+  PagedKv c = host_paged_kv({3, 2, 1, 2, 16, 16, 2});
   const std::vector<int32_t> pages = {2, 0, 1};
   const std::vector<int32_t> pos = {0, 1, 2, 3, 4};
   const Tensor k = Tensor::zeros(DType::kF32, {5, 1, 2});  // equal scores: a plain mean
@@ -285,7 +258,7 @@ struct Seq {
 // The CPU backend's kv_write and attention over a batch of sequences against kv_write_ref (bit-equal
 // words, scales and pages) and attention_ref (within BLAS summation order).
 void check_backend(const CacheSpec& spec, int64_t heads, const std::vector<Seq>& seqs, uint32_t seed) {
-  SCOPED_TRACE(testing::Message() << "k_bits " << spec.k_bits << " v_bits " << spec.v_bits << " window " << spec.window
+  SCOPED_TRACE(::testing::Message() << "k_bits " << spec.k_bits << " v_bits " << spec.v_bits << " window " << spec.window
                                   << " kv_heads " << spec.kv_heads << " head_dim " << spec.head_dim);
   std::unique_ptr<Backend> b = make_cpu_backend();
   const int64_t num_seqs = static_cast<int64_t>(seqs.size());
@@ -303,8 +276,8 @@ void check_backend(const CacheSpec& spec, int64_t heads, const std::vector<Seq>&
       page_table[s * max_pages + p] = next--;
     }
   }
-  PagedKv ref = host_cache(spec);
-  PagedKv dev = host_cache(spec);
+  PagedKv ref = host_paged_kv(spec);
+  PagedKv dev = host_paged_kv(spec);
   const int64_t row = spec.kv_heads * spec.head_dim;
   uint32_t data_seed = seed;
 
