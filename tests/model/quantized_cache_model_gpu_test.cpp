@@ -14,6 +14,7 @@
 
 #include "common/test_paths.h"
 #include "model/heldout_tokens.h"
+#include "model/gpu_model.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "model/variant_model_dir.h"
@@ -28,15 +29,7 @@ constexpr int64_t kVocab = 4096;
 // The held-out tokens these tests read start at 2000.
 std::vector<int32_t> heldout_tokens(int64_t n) { return testing::heldout_tokens(2000, n); }
 
-std::unique_ptr<LlamaModel> load_on_gpu(const std::string& dir) {
-  auto backend = make_cuda_backend(CudaBackendOptions{});
-  EXL3_CHECK_OK(backend.status());
-  auto config = load_model_config(dir);
-  EXL3_CHECK_OK(config.status());
-  auto model = LlamaModel::load_shard(dir, ModelShard::full(*config), std::shared_ptr<Backend>(std::move(*backend)));
-  EXL3_CHECK_OK(model.status());
-  return *std::move(model);
-}
+using testing::load_model_on_gpu;
 
 std::unique_ptr<LlamaModel> load_on_cpu(const std::string& dir) {
   auto model = LlamaModel::load(dir);
@@ -67,7 +60,7 @@ Tensor logits_through(const LlamaModel& model, const std::vector<int32_t>& ids, 
 
 TEST(QuantizedCacheModelGpu, MatchesTheCpuBackendAtEachWidth) {
   const std::string dir = testing::source_path("models/exl3-4.0bpw");
-  auto gpu = load_on_gpu(dir);
+  auto gpu = load_model_on_gpu(dir);
   auto cpu = load_on_cpu(dir);
   const std::vector<int32_t> ids = heldout_tokens(96);
   const Tensor cpu_full = logits_through(*cpu, ids, {}, 256, 256);
@@ -93,9 +86,9 @@ TEST(QuantizedCacheModelGpu, SlidingWindowMatchesTheCpuBackend) {
   constexpr int64_t kW = 16, kN = 64;
   const std::string dir = testing::variant_model_dir(
       "mistral-w16-gpu", {{"architectures", {"MistralForCausalLM"}}, {"sliding_window", kW}});
-  auto gpu = load_on_gpu(dir);
+  auto gpu = load_model_on_gpu(dir);
   auto cpu = load_on_cpu(dir);
-  auto gpu_plain = load_on_gpu(testing::source_path("models/exl3-4.0bpw"));
+  auto gpu_plain = load_model_on_gpu(testing::source_path("models/exl3-4.0bpw"));
   const std::vector<int32_t> ids = heldout_tokens(kN);
   for (const KvCacheBits bits : {KvCacheBits{}, KvCacheBits{4, 4}}) {
     SCOPED_TRACE(kv_cache_bits_name(bits));
@@ -145,7 +138,7 @@ TEST(QuantizedCacheModelGpu, EngineStepGraphsSampleTheSameTokens) {
     eo.max_logit_rows = 2;
     eo.step_graphs = graphs == 1;
     eo.cache_bits = {4, 4};
-    auto engine = Engine::create(load_on_gpu(dir), eo, nullptr);
+    auto engine = Engine::create(load_model_on_gpu(dir), eo, nullptr);
     ASSERT_TRUE(engine.ok()) << engine.status();
     StepSequence s;
     s.seq_id = 1;

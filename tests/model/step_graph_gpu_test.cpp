@@ -11,6 +11,7 @@
 #include "common/test_paths.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "model/gpu_model.h"
 #include "model/step_graph_scenario.h"
 #include "worker/engine.h"
 #include "worker/model/llama_model.h"
@@ -28,15 +29,9 @@ std::string model_dir() { return source_path("models/exl3-4.0bpw"); }
 
 // The fixture model on a CUDA backend of its own, reserved for the tests' limits.
 std::unique_ptr<LlamaModel> load_model(bool graphs) {
-  auto backend = make_cuda_backend(CudaBackendOptions{});
-  EXL3_CHECK_OK(backend.status());
-  auto config = load_model_config(model_dir());
-  EXL3_CHECK_OK(config.status());
-  auto model =
-      LlamaModel::load_shard(model_dir(), ModelShard::full(*config), std::shared_ptr<Backend>(std::move(*backend)));
-  EXL3_CHECK_OK(model.status());
-  EXL3_CHECK_OK((*model)->reserve(testing::step_graph_limits(graphs)));
-  return *std::move(model);
+  std::unique_ptr<LlamaModel> model = testing::load_model_on_gpu(model_dir());
+  EXL3_CHECK_OK(model->reserve(testing::step_graph_limits(graphs)));
+  return model;
 }
 
 std::unique_ptr<KvCache> make_cache(const LlamaModel& model) {

@@ -10,6 +10,7 @@
 #include "common/test_paths.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "model/gpu_model.h"
 #include "worker/loader/safetensors.h"
 #include "worker/model/llama_model.h"
 #include "worker/model/sequence_forward.h"
@@ -21,15 +22,7 @@ using testing::shared_path;
 using testing::source_path;
 using testing::test_data;
 
-std::unique_ptr<LlamaModel> load_on_gpu(const std::string& dir) {
-  auto backend = make_cuda_backend(CudaBackendOptions{});
-  EXL3_CHECK_OK(backend.status());
-  auto config = load_model_config(dir);
-  EXL3_CHECK_OK(config.status());
-  auto model = LlamaModel::load_shard(dir, ModelShard::full(*config), std::shared_ptr<Backend>(std::move(*backend)));
-  EXL3_CHECK_OK(model.status());
-  return *std::move(model);
-}
+using testing::load_model_on_gpu;
 
 using testing::row_ids;
 using testing::row_logits;
@@ -38,7 +31,7 @@ using testing::row_logits;
 void expect_logits_match(const std::string& model_dir, const std::string& reference) {
   EXL3_REQUIRE_FILE(model_dir + "/config.json");
   EXL3_REQUIRE_FILE(reference);
-  auto gpu = load_on_gpu(model_dir);
+  auto gpu = load_model_on_gpu(model_dir);
   auto cpu = LlamaModel::load(model_dir);
   ASSERT_TRUE(cpu.ok()) << cpu.status();
   auto ref = SafetensorsFile::open(reference);
@@ -70,7 +63,7 @@ void expect_perplexity(const std::string& model_dir, double expected) {
   EXL3_REQUIRE_FILE(model_dir + "/config.json");
   auto ids = load_token_sequences(test_data("reference/heldout_ids.safetensors"));
   ASSERT_TRUE(ids.ok()) << ids.status();
-  auto model = load_on_gpu(model_dir);
+  auto model = load_model_on_gpu(model_dir);
   const auto t0 = std::chrono::steady_clock::now();
   auto r = evaluate_perplexity(*model, (*ids)[0], 256);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -97,7 +90,7 @@ TEST(LlamaModelGpu, PerplexityHfBf16) { expect_perplexity(shared_path("fixtures/
 // Prefill, then 64 greedy decode steps through 16-token scattered pages, against recomputing the
 // whole sequence at once; also times the decode steps (batch 1).
 TEST(LlamaModelGpu, IncrementalDecodeMatchesFullRecompute) {
-  auto model = load_on_gpu(source_path("models/exl3-4.0bpw"));
+  auto model = load_model_on_gpu(source_path("models/exl3-4.0bpw"));
   auto ref = SafetensorsFile::open(test_data("reference/exl3_4.0bpw.safetensors"));
   ASSERT_TRUE(ref.ok());
   std::vector<int32_t> seq = row_ids(*(*ref)->get("input_ids"), 1);
@@ -131,7 +124,7 @@ TEST(LlamaModelGpu, IncrementalDecodeMatchesFullRecompute) {
 // A prompt run as two chunks, the first returning no logits rows (a step with nothing for the head),
 // gives the last-token logits of the prompt run at once.
 TEST(LlamaModelGpu, ChunkWithoutLogitsThenLastMatchesOneChunk) {
-  auto model = load_on_gpu(source_path("models/exl3-4.0bpw"));
+  auto model = load_model_on_gpu(source_path("models/exl3-4.0bpw"));
   auto ref = SafetensorsFile::open(test_data("reference/exl3_4.0bpw.safetensors"));
   ASSERT_TRUE(ref.ok());
   const std::vector<int32_t> seq = row_ids(*(*ref)->get("input_ids"), 1);
