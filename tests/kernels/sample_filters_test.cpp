@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/chi_square.h"
+#include "common/sample_distribution_expect.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/philox.h"
@@ -18,35 +19,12 @@
 namespace exl3 {
 namespace {
 
-constexpr double kTol = 1e-6;
-
-std::vector<float> log_probs(const std::vector<double>& p) {
-  std::vector<float> out;
-  for (double v : p) out.push_back(static_cast<float>(std::log(v)));
-  return out;
-}
+using testing::log_probs;
 
 // Logits whose softmax is {0.4, 0.3, 0.2, 0.1} (to fp32 rounding of the logs).
 const std::vector<float> kFour = log_probs({0.4, 0.3, 0.2, 0.1});
 
-void expect_distribution(const std::vector<float>& logits, const SamplingParams& params,
-                         const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
-                         const std::vector<double>& expected, const std::string& what, int64_t position = 0) {
-  SCOPED_TRACE(what);
-  const absl::Status valid = validate_sampling_params(params, static_cast<int32_t>(logits.size()));
-  ASSERT_TRUE(valid.ok()) << valid;
-  const SampleDistribution d = sampling_distribution(logits, params, prompt, output, position);
-  ASSERT_EQ(d.probs.size(), expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_NEAR(d.probs[i], expected[i], kTol) << "token " << i;
-    EXPECT_EQ(d.admissible[i] != 0, expected[i] > 0.0) << "token " << i;
-  }
-}
-
-void expect_distribution(const std::vector<float>& logits, const SamplingParams& params,
-                         const std::vector<double>& expected, const std::string& what) {
-  expect_distribution(logits, params, {}, {}, expected, what);
-}
+using testing::expect_distribution;
 
 // ---- Logit bias and bans -------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/chi_square.h"
+#include "common/sample_distribution_expect.h"
 #include "gtest/gtest.h"
 #include "kernels/philox.h"
 #include "kernels/sampling.h"
@@ -77,13 +78,7 @@ TEST(Philox, UniformLayoutAndRange) {
 
 // ---- Hand-computed distributions ---------------------------------------------------------------
 
-constexpr double kTol = 1e-6;
-
-std::vector<float> log_probs(const std::vector<double>& p) {
-  std::vector<float> out;
-  for (double v : p) out.push_back(static_cast<float>(std::log(v)));
-  return out;
-}
+using testing::log_probs;
 
 std::vector<double> softmax(const std::vector<double>& logits) {
   double m = logits[0];
@@ -95,23 +90,7 @@ std::vector<double> softmax(const std::vector<double>& logits) {
   return out;
 }
 
-void expect_distribution(const std::vector<float>& logits, const SamplingParams& params,
-                         const std::vector<int32_t>& prompt, const std::vector<int32_t>& output,
-                         const std::vector<double>& expected, const std::string& what) {
-  SCOPED_TRACE(what);
-  ASSERT_TRUE(validate_sampling_params(params, static_cast<int32_t>(logits.size())).ok());
-  const SampleDistribution d = sampling_distribution(logits, params, prompt, output);
-  ASSERT_EQ(d.probs.size(), expected.size());
-  for (size_t i = 0; i < expected.size(); ++i) {
-    EXPECT_NEAR(d.probs[i], expected[i], kTol) << "token " << i;
-    EXPECT_EQ(d.admissible[i] != 0, expected[i] > 0.0) << "token " << i;
-  }
-}
-
-void expect_distribution(const std::vector<float>& logits, const SamplingParams& params,
-                         const std::vector<double>& expected, const std::string& what) {
-  expect_distribution(logits, params, {}, {}, expected, what);
-}
+using testing::expect_distribution;
 
 // Logits whose softmax is exactly {0.4, 0.3, 0.2, 0.1}.
 const std::vector<float> kFourLogits = log_probs({0.4, 0.3, 0.2, 0.1});
