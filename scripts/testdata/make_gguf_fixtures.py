@@ -28,12 +28,12 @@ types.gguf, tiny-spm.gguf and a 1-layer llama small enough for the fuzzer's 64 K
 import argparse
 import json
 import os
-import struct
 
 import numpy as np
 import gguf
 from gguf import GGMLQuantizationType as T
 from gguf.quants import dequantize, quantize
+from safetensors_file import write_safetensors
 
 QK_K = 256
 # Offsets of the fp16 scale fields in each block (the rest of a block is random bits).
@@ -42,22 +42,6 @@ SCALE_FIELDS = {
     T.Q2_K: [80, 82], T.Q3_K: [108], T.Q4_K: [0, 2], T.Q5_K: [0, 2], T.Q6_K: [208],
 }
 SUPPORTED = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q5_1, T.Q8_0, T.Q2_K, T.Q3_K, T.Q4_K, T.Q5_K, T.Q6_K]
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name], dtype=np.float32)
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-        blobs.append(a.tobytes())
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 def random_blocks(rng, qtype, rows, cols, scale):
@@ -145,7 +129,8 @@ def make_types(out_dir, rng):
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
-    write_safetensors(os.path.join(out_dir, "types_ref.safetensors"), read_dequantized(path))
+    write_safetensors(os.path.join(out_dir, "types_ref.safetensors"),
+                      {k: np.asarray(v, dtype=np.float32) for k, v in read_dequantized(path).items()})
 
 
 # ----------------------------------------------------------------------------- tiny llama

@@ -24,9 +24,9 @@ compares an imported directory (EXL3_SMOLLM2_DIR=...) against these files.
 import argparse
 import json
 import os
-import struct
 
 import numpy as np
+from safetensors_file import write_safetensors
 
 TOP_K = 128
 
@@ -152,23 +152,6 @@ PLAIN = ("The history of the printing press begins in the fifteenth century, whe
          "movable metal type, oil-based ink and a screw press adapted from wine making. Within fifty years, "
          "presses operated in more than two hundred cities across Europe, and the price of books fell sharply. "
          "Literacy spread, scientific results could be copied without error, and")
-
-
-def write_safetensors(path, tensors):
-    header, offset, blobs = {}, 0, []
-    for name in sorted(tensors):
-        a = np.ascontiguousarray(tensors[name])
-        dtype = {np.dtype(np.float32): "F32", np.dtype(np.int32): "I32"}[a.dtype]
-        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
-        offset += a.nbytes
-        blobs.append(a.tobytes())
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 def main():
