@@ -124,6 +124,21 @@ Deviation compare(std::span<const float> got, std::span<const float> want) {
   return d;
 }
 
+// A call with int8 activations and an F32 output of x (fp16 bits [m, in_features]); scratch_c
+// holds scratch_rows rows of n floats.
+LinearCall int8_call(int64_t m, int64_t in_features, int64_t out_features, const std::vector<uint16_t>& x,
+                     int64_t scratch_rows) {
+  LinearCall call;
+  call.m = m;
+  call.in_features = in_features;
+  call.out_features = out_features;
+  call.x = x.data();
+  call.y_f32 = true;
+  call.scratch_rows = scratch_rows;
+  call.int8_activations = true;
+  return call;
+}
+
 struct Case {
   int64_t k, n, in_features, out_features, m;
   int bits;
@@ -142,15 +157,8 @@ void check_case(const Case& c, uint32_t seed) {
     std::normal_distribution<float> dist(0.0f, 1.0f);
     for (int64_t j = 0; j < c.out_features; ++j) bias.push_back(dist(rng));
   }
-  LinearCall call;
-  call.m = c.m;
-  call.in_features = c.in_features;
-  call.out_features = c.out_features;
-  call.x = x.data();
+  LinearCall call = int8_call(c.m, c.in_features, c.out_features, x, 64 * c.m);
   call.bias = c.bias ? bias.data() : nullptr;
-  call.y_f32 = true;
-  call.scratch_rows = 64 * c.m;
-  call.int8_activations = true;
   const std::vector<float> got = gpu_linear(h, d, call);
   const Tensor a = gpu_transformed_input(h, d, x, c.m, c.in_features);
   const std::vector<float> want = reference_int8_linear(h, a, c.out_features, bias);
@@ -246,14 +254,8 @@ TEST_F(Exl3GemvInt8GpuTest, TooLittleScratchFallsBackToFp16) {
   const DeviceLayer d(h);
   std::mt19937 rng(52);
   const std::vector<uint16_t> x = normal_halves(static_cast<size_t>(kM * kK), rng);
-  LinearCall call;
-  call.m = kM;
-  call.in_features = kK;
-  call.out_features = kN;
-  call.x = x.data();
-  call.y_f32 = true;
-  call.scratch_rows = kM;  // room for one k-slice; the int8 path needs ceil(896 / 24) of them
-  call.int8_activations = true;
+  // Room for one k-slice; the int8 path needs ceil(896 / 24) of them.
+  LinearCall call = int8_call(kM, kK, kN, x, kM);
   const std::vector<float> with_int8 = gpu_linear(h, d, call);
   call.int8_activations = false;
   const std::vector<float> without = gpu_linear(h, d, call);
@@ -271,15 +273,7 @@ TEST_F(Exl3GemvInt8GpuTest, NonFiniteInputPoisonsOnlyItsRow) {
   std::vector<uint16_t> x = normal_halves(static_cast<size_t>(kM * kK), rng);
   x[static_cast<size_t>(1 * kK + 300)] = 0x7E00;  // NaN
   x[static_cast<size_t>(2 * kK + 17)] = 0x7C00;   // +inf
-  LinearCall call;
-  call.m = kM;
-  call.in_features = kK;
-  call.out_features = kN;
-  call.x = x.data();
-  call.y_f32 = true;
-  call.scratch_rows = 64 * kM;
-  call.int8_activations = true;
-  const std::vector<float> got = gpu_linear(h, d, call);
+  const std::vector<float> got = gpu_linear(h, d, int8_call(kM, kK, kN, x, 64 * kM));
   for (int64_t r = 1; r < kM; ++r) {
     for (int64_t j = 0; j < kN; ++j) {
       ASSERT_TRUE(std::isnan(got[static_cast<size_t>(r * kN + j)])) << "row " << r << " column " << j;
