@@ -10,6 +10,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dynamic_shared_memory.cuh"
 #include "kernels/cuda/exl3_tile.cuh"
 
 namespace exl3 {
@@ -151,18 +152,6 @@ __global__ void __launch_bounds__(kThreads)
       dst[(i + e) * ld] = __float2half_rn(__fmul_rn(v[i + e], s));
     }
   }
-}
-
-// Lets `kernel` use `bytes` of dynamic shared memory (above the default 48 KiB) on the current
-// device, calling the runtime once per device (bit d of `devices_allowed`) rather than per launch.
-template <typename Kernel>
-void allow_shared_bytes(Kernel kernel, size_t bytes, std::atomic<uint64_t>& devices_allowed) {
-  int device = 0;
-  EXL3_CUDA_CHECK(cudaGetDevice(&device));
-  const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
-  if (bit != 0 && (devices_allowed.load(std::memory_order_acquire) & bit) != 0) return;
-  EXL3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  devices_allowed.fetch_or(bit, std::memory_order_release);
 }
 
 }  // namespace

@@ -24,11 +24,13 @@
 // the output pass (exl3_gemv_output.cu) as for the fp16 kernel.
 #include <cuda_fp16.h>
 
+#include <atomic>
 #include <cstdint>
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/dynamic_shared_memory.cuh"
 #include "kernels/cuda/exl3_gemv_common.cuh"
 #include "kernels/cuda/exl3_gemv_layout.cuh"
 #include "kernels/cuda/exl3_tile.cuh"
@@ -290,17 +292,13 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
   stream_stages(stream, num_stages, consume, end_tn);
 }
 
-// The kernel for m rows at K = kBits, with its dynamic shared memory allowed (above 48 KiB it must
-// be opted into, once per kernel).
+// The kernel for m rows at K = kBits, with the most dynamic shared memory any launch of it takes
+// allowed (above 48 KiB it must be opted into, once per device).
 template <int kBits, int kGroups>
 void launch_groups(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
-  static const bool opted_in = [] {
-    EXL3_CUDA_CHECK(cudaFuncSetAttribute(exl3_gemv_int8_kernel<kBits, kGroups>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (kInt8SmemWords - kWarps * int8_ring_words(kBits)) * 4));
-    return true;
-  }();
-  (void)opted_in;
+  static std::atomic<uint64_t> devices_allowed{0};
+  allow_shared_bytes(exl3_gemv_int8_kernel<kBits, kGroups>,
+                     static_cast<size_t>(kInt8SmemWords - kWarps * int8_ring_words(kBits)) * 4, devices_allowed);
   launch_dependent_smem(exl3_gemv_int8_kernel<kBits, kGroups>, grid, kThreads, smem_bytes, stream, args);
 }
 
