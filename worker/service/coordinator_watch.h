@@ -1,5 +1,5 @@
 // Ends a worker that lost its coordinator while inside a command. A command runs on the session's
-// reading thread; a collective blocked on a peer that is gone (its host's link down, its process
+// main thread; a collective blocked on a peer that is gone (its host's link down, its process
 // killed) holds that thread until the collective's own timeout, and the session's end goes
 // unnoticed meanwhile. The watch polls the control channel's state; when the connection has not
 // been READY for `grace` while a command runs, it says so on stderr and exits the process with

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "worker/comm/grpc_store.h"
 #include "worker/engine.h"
 #include "worker/loader/model_fingerprint.h"
+#include "worker/service/command_reader.h"
 #include "worker/service/coordinator_watch.h"
 #include "worker/service/local_address.h"
 #include "worker/service/process_memory.h"
@@ -59,12 +61,15 @@ class WorkerSession {
     CoordinatorWatch watch(channel_,
                            absl::StrCat("exl3-worker rank ", options_.rank, " (coordinator ", options_.coordinator, ")"),
                            std::chrono::seconds(1));
-    pb::Command cmd;
     bool after_step = false;  // the last command was a step, answered at step_answered
     Clock::time_point step_answered;
     // Results are written by their own thread: the next command starts while one is written.
     ReplyWriter writer(stream.get());
-    while (stream->Read(&cmd)) {
+    // Commands are read on their own thread too, so the connection answers keepalive pings while
+    // a command runs.
+    CommandReader reader(stream.get(), &ctx);
+    while (std::optional<pb::Command> next = reader.next()) {
+      const pb::Command& cmd = *next;
       if (after_step && cmd.has_step()) step_gaps_.add(Clock::now() - step_answered);
       after_step = false;
       pb::WorkerMessage reply;
@@ -77,6 +82,7 @@ class WorkerSession {
       result->set_message(std::string(status.message()));
       if (!writer.send(std::move(reply))) {
         writer.close();
+        reader.stop();
         return finish(stream.get(), "sending a command result");
       }
       if (cmd.has_step()) {
@@ -84,7 +90,10 @@ class WorkerSession {
         step_answered = Clock::now();
       }
       if (cmd.has_shutdown()) {
-        if (!writer.close()) return finish(stream.get(), "sending a command result");
+        if (!writer.close()) {
+          reader.stop();
+          return finish(stream.get(), "sending a command result");
+        }
         stream->WritesDone();
         return absl::OkStatus();
       }
@@ -96,6 +105,7 @@ class WorkerSession {
       }
     }
     writer.close();
+    reader.stop();
     return finish(stream.get(), "the coordinator closed the session");
   }
 
