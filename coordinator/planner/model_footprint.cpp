@@ -417,8 +417,9 @@ uint64_t cuda_scratch_bytes(int64_t rows, int64_t features) {
 uint64_t cuda_sampler_bytes(int64_t rows, int64_t vocab, int64_t history_tokens) {
   auto align256 = [](uint64_t b) { return (b + 255) / 256 * 256; };
   const uint64_t chunks = (u64(vocab) + 31) / 32;
-  const uint64_t row_scratch =
-      align256(4 * u64(vocab)) + align256(4 * chunks) + align256(8 * chunks) + align256(4 * chunks);
+  constexpr uint64_t kRangeBestBytes = 64 * 16;  // the sampler's first kernel: 64 ranges a row
+  const uint64_t row_scratch = align256(4 * u64(vocab)) + align256(4 * chunks) + align256(8 * chunks) +
+                               align256(4 * chunks) + align256(kRangeBestBytes);
   constexpr uint64_t kDeviceSampleRowBytes = 88;
   constexpr uint64_t kLogprobFloats = 41;  // the engine's F32 [rows, kLogprobWidth] logprob rows
   return u64(rows) * kDeviceSampleRowBytes + 4 * u64(std::max<int64_t>(history_tokens, 1)) + u64(rows) * row_scratch +

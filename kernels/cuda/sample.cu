@@ -1,5 +1,8 @@
-// CUDA token sampler (contract in sample.cuh): one block per row, no sort. The row's history marks
-// a seen-bitmap and output counts in scratch, its sparse biases a second bitmap; processed logits
+// CUDA token sampler (contract in sample.cuh): two kernels, no sort. The first cuts every row into
+// kPrepChunks ranges of tokens, one block each: the range's history marks a seen-bitmap and output
+// counts in scratch, its sparse biases a second bitmap, and the block leaves the range's best token
+// for the second kernel, one block per row, which takes the row's argmax from those (a greedy row is
+// done then) and runs the filters and the draw over the whole row. Processed logits
 // are recomputed on every pass in the reference's fp64 arithmetic, so the argmax and the ranking
 // are exact. Top-k, top-p and typical-p each keep a best prefix of some order, found by a radix
 // select over order-preserving 64-bit keys (counting tokens for top-k, exact fixed-point
@@ -46,11 +49,23 @@ constexpr int kChunkUnroll = 4;
 constexpr int kMaxGroupedDigits = 4;  // chunks per step of the ordered scan, for memory-level parallelism
 constexpr int32_t kEveryId = 0x7FFFFFFF;
 constexpr int64_t kScratchAlign = 256;
+// The first kernel's ranges per row (blocks of kThreads): a 128k vocabulary gives ~2k tokens each.
+constexpr int kPrepChunks = 64;
+static_assert(kPrepChunks <= kThreads, "row_argmax reads one range a thread");
+
+// A range's best token: its key (ordered_key of the processed logit) and id.
+struct RangeBest {
+  unsigned long long key;
+  int32_t id;
+  int32_t pad;
+};
 
 // Per-row scratch: output counts (written only at history ids), the seen-bitmap, the running
-// sums of the ordered scan (one per 32-token chunk) and the bitmap of tokens with a sparse bias.
+// sums of the ordered scan (one per 32-token chunk), the bitmap of tokens with a sparse bias and
+// the best token of each of the first kernel's ranges.
 struct ScratchLayout {
-  int64_t counts_offset, seen_offset, run_offset, biased_offset, row_bytes;
+  int64_t counts_offset, seen_offset, run_offset, biased_offset, best_offset, row_bytes;
+  int64_t range_tokens;  // tokens of a range: a multiple of 32, so a range owns whole bitmap words
 };
 
 constexpr int64_t align_up(int64_t bytes) { return (bytes + kScratchAlign - 1) / kScratchAlign * kScratchAlign; }
@@ -62,7 +77,9 @@ ScratchLayout scratch_layout(int64_t vocab) {
   l.seen_offset = align_up(vocab * static_cast<int64_t>(sizeof(int32_t)));
   l.run_offset = l.seen_offset + align_up(chunks * static_cast<int64_t>(sizeof(uint32_t)));
   l.biased_offset = l.run_offset + align_up(chunks * static_cast<int64_t>(sizeof(double)));
-  l.row_bytes = l.biased_offset + align_up(chunks * static_cast<int64_t>(sizeof(uint32_t)));
+  l.best_offset = l.biased_offset + align_up(chunks * static_cast<int64_t>(sizeof(uint32_t)));
+  l.row_bytes = l.best_offset + align_up(kPrepChunks * static_cast<int64_t>(sizeof(RangeBest)));
+  l.range_tokens = (chunks + kPrepChunks - 1) / kPrepChunks * kWarpSize;
   return l;
 }
 
@@ -193,12 +210,12 @@ __device__ int32_t block_best(uint64_t key, int32_t id, Shared& s, uint64_t& bes
   return id;
 }
 
-// The best-ranked token (largest processed logit, lowest id among equals).
-__device__ int32_t block_argmax(const Row& r, Shared& s, uint64_t& best_key) {
+// The best-ranked token (largest processed logit, lowest id among equals) of tokens [begin, end).
+__device__ int32_t block_argmax(const Row& r, int64_t begin, int64_t end, Shared& s, uint64_t& best_key) {
   uint64_t key = 0;
   int32_t id = kEveryId;
 #pragma unroll 4
-  for (int64_t i = threadIdx.x; i < r.vocab; i += kThreads) {
+  for (int64_t i = begin + threadIdx.x; i < end; i += kThreads) {
     const uint64_t k = ordered_key(penalised_logit(r, i));
     if (ranks_before(k, static_cast<int32_t>(i), key, id)) {
       key = k;
@@ -206,6 +223,12 @@ __device__ int32_t block_argmax(const Row& r, Shared& s, uint64_t& best_key) {
     }
   }
   return block_best(key, id, s, best_key);
+}
+
+// The row's best-ranked token from the ranges' bests (the first kernel's work).
+__device__ int32_t row_argmax(const RangeBest* ranges, Shared& s, uint64_t& best_key) {
+  const bool mine = threadIdx.x < kPrepChunks;
+  return block_best(mine ? ranges[threadIdx.x].key : 0ull, mine ? ranges[threadIdx.x].id : kEveryId, s, best_key);
 }
 
 // The best-ranked (last = false) or the lowest-ranked (last = true) token among those for which
@@ -498,25 +521,32 @@ __device__ Cut find_cut(const Row& r, const Order& order, bool by_mass, double t
 
 // Marks the row's history (seen-bitmap over prompt and output ids, counts over output ids) and
 // its sparse biases (the biased bitmap).
-__device__ void mark_history(const DeviceSampleRow& rp, const int32_t* history, int64_t vocab, uint32_t* seen,
-                             int32_t* counts, uint32_t* biased) {
-  const int64_t words = (vocab + 31) / 32;
-  for (int64_t w = threadIdx.x; w < words; w += kThreads) seen[w] = 0;
+// Marks the history and sparse biases of tokens [begin, end) (whole bitmap words: begin a
+// multiple of 32) in the row's bitmaps and counts; only this block touches them. Ends synchronised.
+__device__ void mark_history_range(const DeviceSampleRow& rp, const int32_t* history, int64_t begin, int64_t end,
+                                   uint32_t* seen, int32_t* counts, uint32_t* biased) {
+  const int64_t first_word = begin / 32, end_word = (end + 31) / 32;
+  const int threads = static_cast<int>(blockDim.x);
+  for (int64_t w = first_word + threadIdx.x; w < end_word; w += threads) seen[w] = 0;
   if (rp.bias_count > 0) {
-    for (int64_t w = threadIdx.x; w < words; w += kThreads) biased[w] = 0;
+    for (int64_t w = first_word + threadIdx.x; w < end_word; w += threads) biased[w] = 0;
   }
   const int64_t length = static_cast<int64_t>(rp.prompt_len) + rp.output_len;
   const int32_t* ids = length > 0 ? history + rp.history_begin : nullptr;
-  for (int64_t j = threadIdx.x; j < length; j += kThreads) counts[ids[j]] = 0;
+  const auto mine = [&](int32_t id) { return id >= begin && id < end; };
+  for (int64_t j = threadIdx.x; j < length; j += threads) {
+    if (mine(ids[j])) counts[ids[j]] = 0;
+  }
   __syncthreads();
-  for (int64_t j = threadIdx.x; j < length; j += kThreads) {
+  for (int64_t j = threadIdx.x; j < length; j += threads) {
     const int32_t id = ids[j];
+    if (!mine(id)) continue;
     atomicOr(&seen[id >> 5], 1u << (id & 31));
     if (j >= rp.prompt_len) atomicAdd(&counts[id], 1);
   }
-  for (int64_t e = threadIdx.x; e < rp.bias_count; e += kThreads) {
+  for (int64_t e = threadIdx.x; e < rp.bias_count; e += threads) {
     const int32_t id = history[rp.bias_begin + e * kSampleBiasWords];
-    atomicOr(&biased[id >> 5], 1u << (id & 31));
+    if (mine(id)) atomicOr(&biased[id >> 5], 1u << (id & 31));
   }
   __syncthreads();
 }
@@ -678,22 +708,15 @@ __device__ void write_logprobs(const float* logits, int64_t vocab, int32_t token
   }
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p, ScratchLayout layout) {
-  __shared__ Shared s;
-  const int64_t row = blockIdx.x;
-  const DeviceSampleRow rp = p.row_params[row];
-  char* scratch = static_cast<char*>(p.scratch) + row * layout.row_bytes;
-  uint32_t* seen = reinterpret_cast<uint32_t*>(scratch + layout.seen_offset);
-  int32_t* counts = reinterpret_cast<int32_t*>(scratch + layout.counts_offset);
-  uint32_t* biased = reinterpret_cast<uint32_t*>(scratch + layout.biased_offset);
-  mark_history(rp, p.history, p.vocab, seen, counts, biased);
-
+// Row `row` over its scratch (bitmaps and counts as the first kernel marked them).
+__device__ Row make_row(const SampleParams& p, const DeviceSampleRow& rp, int64_t row, char* scratch,
+                        const ScratchLayout& layout) {
   Row r;
   r.logits = p.logits + row * p.vocab;
   r.vocab = p.vocab;
-  r.seen = seen;
-  r.counts = counts;
-  r.biased = biased;
+  r.seen = reinterpret_cast<const uint32_t*>(scratch + layout.seen_offset);
+  r.counts = reinterpret_cast<const int32_t*>(scratch + layout.counts_offset);
+  r.biased = reinterpret_cast<const uint32_t*>(scratch + layout.biased_offset);
   r.bias = rp.bias_count > 0 ? p.history + rp.bias_begin : nullptr;
   r.bias_count = rp.bias_count;
   r.run = reinterpret_cast<double*>(scratch + layout.run_offset);
@@ -701,8 +724,39 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p, Scratc
   r.presence = rp.presence_penalty;
   r.frequency = rp.frequency_penalty;
   r.temperature = rp.temperature_last != 0 ? 1.0 : static_cast<double>(rp.temperature);
+  return r;
+}
+
+// The first kernel: block (row, range) marks the range's history and biases and leaves its best
+// token in the row's scratch.
+__global__ void __launch_bounds__(kThreads) sample_ranges_kernel(SampleParams p, ScratchLayout layout) {
+  __shared__ Shared s;
+  const int64_t row = blockIdx.x, range = blockIdx.y;
+  const DeviceSampleRow rp = p.row_params[row];
+  char* scratch = static_cast<char*>(p.scratch) + row * layout.row_bytes;
+  const int64_t begin = range * layout.range_tokens;
+  const int64_t end = min(p.vocab, begin + layout.range_tokens);
+  if (begin < end) {
+    mark_history_range(rp, p.history, begin, end, reinterpret_cast<uint32_t*>(scratch + layout.seen_offset),
+                       reinterpret_cast<int32_t*>(scratch + layout.counts_offset),
+                       reinterpret_cast<uint32_t*>(scratch + layout.biased_offset));
+  }
+  uint64_t key = 0;
+  const int32_t id = block_argmax(make_row(p, rp, row, scratch, layout), begin, end, s, key);
+  if (threadIdx.x == 0) {
+    RangeBest* best = reinterpret_cast<RangeBest*>(scratch + layout.best_offset);
+    best[range] = RangeBest{key, id, 0};
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(SampleParams p, ScratchLayout layout) {
+  __shared__ Shared s;
+  const int64_t row = blockIdx.x;
+  const DeviceSampleRow rp = p.row_params[row];
+  char* scratch = static_cast<char*>(p.scratch) + row * layout.row_bytes;
+  Row r = make_row(p, rp, row, scratch, layout);
   uint64_t best_key = 0;
-  const int32_t best = block_argmax(r, s, best_key);
+  const int32_t best = row_argmax(reinterpret_cast<const RangeBest*>(scratch + layout.best_offset), s, best_key);
   r.max_logit = key_value(best_key);
   const bool greedy = rp.temperature == 0.0f;
   const uint64_t seed = (static_cast<uint64_t>(rp.seed_hi) << 32) | rp.seed_lo;
@@ -814,7 +868,10 @@ void launch_sample(const SampleParams& p, cudaStream_t stream) {
   EXL3_CHECK(reinterpret_cast<uintptr_t>(p.scratch) % 8 == 0, "scratch must be 8-byte aligned");
   EXL3_CHECK(p.logprobs == nullptr || (p.logprobs_stride >= 1 + 2 * kMaxLogprobs && p.vocab < (1 << 24)),
              "logprobs stride ", p.logprobs_stride, " vocab ", p.vocab);
-  sample_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p, scratch_layout(p.vocab));
+  const ScratchLayout layout = scratch_layout(p.vocab);
+  sample_ranges_kernel<<<dim3(static_cast<unsigned>(p.rows), kPrepChunks), kThreads, 0, stream>>>(p, layout);
+  EXL3_CUDA_CHECK_LAUNCH();
+  sample_kernel<<<static_cast<unsigned>(p.rows), kThreads, 0, stream>>>(p, layout);
   EXL3_CUDA_CHECK_LAUNCH();
 }
 

@@ -1,5 +1,5 @@
 // CUDA token sampler: the device twin of sample_ref / sampling_distribution (kernels/sampling.h),
-// one CUDA block per logits row, so the engine never copies logits to the host.
+// on the device, so the engine never copies logits to the host.
 #pragma once
 
 #include <cuda_runtime.h>
