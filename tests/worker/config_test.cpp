@@ -101,5 +101,28 @@ TEST(ModelConfig, RejectsIntegersBeyondInt32) {
   EXPECT_EQ(c->vocab_size, 2147483647);
 }
 
+// bos/eos ids must name tokens: negative, too large or beyond int32 (which used to wrap) are refused
+// by field name; null means none.
+TEST(ModelConfig, TokenIdsMustBeInTheVocabulary) {
+  const auto replaced = [](const std::string& from, const std::string& to) {
+    std::string text = kLlama;
+    text.replace(text.find(from), from.size(), to);
+    return text;
+  };
+  expect_error(replaced("\"bos_token_id\": 0", "\"bos_token_id\": -1"), "bos_token_id holds -1, not a token id");
+  expect_error(replaced("\"bos_token_id\": 0", "\"bos_token_id\": \"<s>\""), "bos_token_id must be an integer");
+  expect_error(replaced("[1, 2]", "[1, 4096]"), "eos_token_id holds 4096, not a token id in [0, vocab_size 4096)");
+  expect_error(replaced("[1, 2]", "-3"), "eos_token_id holds -3");
+  expect_error(replaced("[1, 2]", "4294967297"), "eos_token_id holds 4294967297");
+  expect_error(replaced("[1, 2]", "18446744073709551615"), "eos_token_id holds 18446744073709551615");
+  expect_error(replaced("[1, 2]", "[1, 2.5]"), "eos_token_id must be an integer or a list of integers");
+  auto none = parse_model_config(replaced("\"bos_token_id\": 0, \"eos_token_id\": [1, 2]",
+                                          "\"bos_token_id\": null, \"eos_token_id\": 4095"),
+                                 "config.json");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->bos_token_id.has_value());
+  EXPECT_EQ(none->eos_token_ids, (std::vector<int32_t>{4095}));
+}
+
 }  // namespace
 }  // namespace exl3

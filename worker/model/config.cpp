@@ -119,19 +119,29 @@ absl::StatusOr<RopeConfig> parse_rope(const Reader& r, const json& root, int64_t
   return rope;
 }
 
-absl::StatusOr<std::vector<int32_t>> parse_token_ids(const Reader& r, const json& v, const std::string& field) {
+// A token id of config.json: an integer in [0, vocab_size).
+absl::StatusOr<int32_t> parse_token_id(const Reader& r, const json& v, const std::string& field, int64_t vocab_size) {
+  if (!v.is_number_integer()) return r.error(field, "must be an integer or a list of integers");
+  const int64_t id = v.get<int64_t>();  // unsigned values above int64 come out negative: refused too
+  if (id < 0 || id >= vocab_size) {
+    return r.error(field, absl::StrCat("holds ", v.dump(), ", not a token id in [0, vocab_size ", vocab_size, ")"));
+  }
+  return static_cast<int32_t>(id);
+}
+
+absl::StatusOr<std::vector<int32_t>> parse_token_ids(const Reader& r, const json& v, const std::string& field,
+                                                     int64_t vocab_size) {
   std::vector<int32_t> out;
   if (v.is_null()) return out;
-  if (v.is_number_integer()) {
-    out.push_back(v.get<int32_t>());
-  } else if (v.is_array()) {
+  if (v.is_array()) {
     for (const json& e : v) {
-      if (!e.is_number_integer()) return r.error(field, "must be an integer or a list of integers");
-      out.push_back(e.get<int32_t>());
+      EXL3_ASSIGN_OR_RETURN(const int32_t id, parse_token_id(r, e, field, vocab_size));
+      out.push_back(id);
     }
-  } else {
-    return r.error(field, "must be an integer or a list of integers");
+    return out;
   }
+  EXL3_ASSIGN_OR_RETURN(const int32_t id, parse_token_id(r, v, field, vocab_size));
+  out.push_back(id);
   return out;
 }
 
@@ -213,9 +223,12 @@ absl::StatusOr<ModelConfig> parse_model_config(const std::string& json_text, con
   EXL3_ASSIGN_OR_RETURN(c.rope, parse_rope(r, t, c.max_position_embeddings));
   if (c.rotary_dim() % 2 != 0 || c.rotary_dim() < 2) return r.error("partial_rotary_factor", "gives an odd rotary dim");
 
-  if (t.contains("bos_token_id") && t["bos_token_id"].is_number_integer()) c.bos_token_id = t["bos_token_id"].get<int32_t>();
+  if (t.contains("bos_token_id") && !t["bos_token_id"].is_null()) {
+    if (!t["bos_token_id"].is_number_integer()) return r.error("bos_token_id", "must be an integer");
+    EXL3_ASSIGN_OR_RETURN(c.bos_token_id, parse_token_id(r, t["bos_token_id"], "bos_token_id", c.vocab_size));
+  }
   if (t.contains("eos_token_id")) {
-    EXL3_ASSIGN_OR_RETURN(c.eos_token_ids, parse_token_ids(r, t["eos_token_id"], "eos_token_id"));
+    EXL3_ASSIGN_OR_RETURN(c.eos_token_ids, parse_token_ids(r, t["eos_token_id"], "eos_token_id", c.vocab_size));
   }
   return c;
 }
