@@ -47,10 +47,9 @@ absl::StatusOr<std::vector<int>> parse_gpu_list(const std::string& text) {
   return ids;
 }
 
-std::string child_visible_devices(int index) {
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-  if (visible == nullptr) return std::to_string(index);
-  std::vector<std::string> entries = absl::StrSplit(visible, ',', absl::SkipWhitespace());
+std::string child_visible_devices(int index, const std::optional<std::string>& visible) {
+  if (!visible) return std::to_string(index);
+  std::vector<std::string> entries = absl::StrSplit(*visible, ',', absl::SkipWhitespace());
   if (index >= 0 && index < static_cast<int>(entries.size())) {
     return std::string(absl::StripAsciiWhitespace(entries[index]));
   }

@@ -3,6 +3,7 @@
 // guessing), and the CUDA_VISIBLE_DEVICES value that gives a worker exactly one of them.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,8 @@ GpuProbe probe_gpus();
 absl::StatusOr<std::vector<int>> parse_gpu_list(const std::string& text);
 
 // CUDA_VISIBLE_DEVICES for a worker that gets GPU `index` as this process numbers it: entry
-// `index` of the launcher's own CUDA_VISIBLE_DEVICES when that is set, else the index itself.
-std::string child_visible_devices(int index);
+// `index` of the launcher's own CUDA_VISIBLE_DEVICES (`visible`, nullopt when unset) when it has
+// one, else the index itself.
+std::string child_visible_devices(int index, const std::optional<std::string>& visible);
 
 }  // namespace exl3

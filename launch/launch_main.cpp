@@ -86,6 +86,8 @@ int main(int argc, char** argv) {
   const char* env_script = std::getenv("EXL3_GATEWAY_SCRIPT");
   gw.python = env_python != nullptr ? env_python : "";
   gw.script = env_script != nullptr ? env_script : "";
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) o.visible_devices = visible;
+  if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr && *tmp != '\0') o.temp_dir = tmp;
   double openai_ready_timeout_s = 60;
   const char* openai_group = "OpenAI-compatible HTTP API (gateway/exl3-gateway, a Python service)";
   app.add_option("--openai-port", gw.port,
@@ -157,7 +159,7 @@ int main(int argc, char** argv) {
     const bool needs_gpus = !(o.plan_only && gpus_given);
     if (needs_gpus) {
       const exl3::GpuProbe probe = exl3::probe_gpus();
-      const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+      const char* visible = o.visible_devices ? o.visible_devices->c_str() : nullptr;
       if (!probe.built_with_cuda) {
         std::fprintf(stderr, "exl3-launch: %s: this build has no CUDA backend (built without CUDA): pass --cpu-workers N "
                              "to run on the CPU, or rebuild with -DEXL3_CUDA=ON\n",

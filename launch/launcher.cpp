@@ -57,7 +57,7 @@ Outcome serve_once(const LaunchOptions& o, SignalWatcher& signals, const std::st
     } else {
       // One GPU per worker: it sees only its own, as device 0.
       spec.argv.insert(spec.argv.end(), {"--backend", "cuda", "--device", "0"});
-      spec.env.emplace_back("CUDA_VISIBLE_DEVICES", child_visible_devices(o.gpus[r]));
+      spec.env.emplace_back("CUDA_VISIBLE_DEVICES", child_visible_devices(o.gpus[r], o.visible_devices));
       spec.label = absl::StrCat("worker ", r, " gpu ", o.gpus[r]);
     }
     specs.push_back(std::move(spec));
@@ -201,7 +201,7 @@ int run_launcher(const LaunchOptions& o) {
   // removed when the launcher returns) can join the control plane. Never on argv or in a log.
   absl::StatusOr<std::string> secret = make_cluster_secret();
   absl::StatusOr<std::unique_ptr<ClusterSecretFile>> secret_file =
-      secret.ok() ? ClusterSecretFile::create(*secret) : secret.status();
+      secret.ok() ? ClusterSecretFile::create(*secret, o.temp_dir) : secret.status();
   if (!secret_file.ok()) {
     std::fprintf(stderr, "exl3-launch: cluster secret: %s\n", std::string(secret_file.status().message()).c_str());
     return 1;

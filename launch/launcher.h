@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,6 +25,10 @@ struct LaunchOptions {
   // Per-worker caps; empty = available RAM shared equally (CPU workers) or each GPU's free memory
   // as its worker reports it (GPU workers).
   std::vector<double> split_gib;
+  // The launcher's own CUDA_VISIBLE_DEVICES (nullopt when unset): GPU indices are entries of it.
+  std::optional<std::string> visible_devices;
+  // Where the run's cluster-secret file goes, in a private directory ($TMPDIR, else /tmp).
+  std::string temp_dir = "/tmp";
   std::string worker_bin;          // path of exl3-worker
   bool step_graphs = true;         // passed to every worker as --step-graphs on|off
   bool plan_only = false;

@@ -10,6 +10,7 @@
 #include <fstream>
 #include <string>
 
+#include "common/test_paths.h"
 #include "gtest/gtest.h"
 
 namespace exl3 {
@@ -79,12 +80,15 @@ TEST(ClusterSecretUtil, MakesFreshHexSecretsOf32Bytes) {
 }
 
 TEST(ClusterSecretUtil, FileIsPrivateReadableAndRemoved) {
+  const std::string temp_dir = exl3::testing::work_path("cluster_secret_util");
+  fs::create_directories(temp_dir);
   std::string path, dir;
   {
-    absl::StatusOr<std::unique_ptr<ClusterSecretFile>> f = ClusterSecretFile::create("s3cr3t-value");
+    absl::StatusOr<std::unique_ptr<ClusterSecretFile>> f = ClusterSecretFile::create("s3cr3t-value", temp_dir);
     ASSERT_TRUE(f.ok()) << f.status();
     path = (*f)->path();
     dir = fs::path(path).parent_path().string();
+    EXPECT_EQ(fs::path(dir).parent_path(), fs::path(temp_dir)) << "the private directory goes under temp_dir";
     struct stat st{};
     ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
     EXPECT_EQ(st.st_mode & 0777, 0600u) << path;
@@ -96,6 +100,7 @@ TEST(ClusterSecretUtil, FileIsPrivateReadableAndRemoved) {
   }
   EXPECT_FALSE(fs::exists(path)) << path;
   EXPECT_FALSE(fs::exists(dir)) << dir;
+  EXPECT_FALSE(ClusterSecretFile::create("s3cr3t-value", temp_dir + "/missing").ok()) << "no such directory";
 }
 
 TEST(ClusterSecretUtil, LoopbackHosts) {

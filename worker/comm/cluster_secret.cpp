@@ -117,9 +117,9 @@ std::shared_ptr<grpc::Channel> make_control_channel(const std::string& target, c
                                                                  std::move(interceptors));
 }
 
-absl::StatusOr<std::unique_ptr<ClusterSecretFile>> ClusterSecretFile::create(const std::string& secret) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/exl3-secret-XXXXXX");
+absl::StatusOr<std::unique_ptr<ClusterSecretFile>> ClusterSecretFile::create(const std::string& secret,
+                                                                            const std::string& temp_dir) {
+  std::string pattern = absl::StrCat(temp_dir.empty() ? "/tmp" : temp_dir, "/exl3-secret-XXXXXX");
   if (::mkdtemp(pattern.data()) == nullptr) return errno_error(absl::StrCat("creating a private directory ", pattern));
   const std::string path = pattern + "/cluster-secret";
   std::unique_ptr<ClusterSecretFile> file(new ClusterSecretFile(pattern, path));

@@ -37,11 +37,12 @@ bool is_loopback_host(const std::string& host);
 std::shared_ptr<grpc::Channel> make_control_channel(const std::string& target, const grpc::ChannelArguments& args,
                                                     const std::string& secret);
 
-// A private directory (mode 0700, under $TMPDIR or /tmp) holding one file (mode 0600) with the
-// secret; both are removed by the destructor.
+// A private directory (mode 0700, under `temp_dir`: the caller's $TMPDIR or /tmp) holding one
+// file (mode 0600) with the secret; both are removed by the destructor.
 class ClusterSecretFile {
  public:
-  static absl::StatusOr<std::unique_ptr<ClusterSecretFile>> create(const std::string& secret);
+  static absl::StatusOr<std::unique_ptr<ClusterSecretFile>> create(const std::string& secret,
+                                                                   const std::string& temp_dir);
   ~ClusterSecretFile();
   ClusterSecretFile(const ClusterSecretFile&) = delete;
   ClusterSecretFile& operator=(const ClusterSecretFile&) = delete;
