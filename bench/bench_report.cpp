@@ -15,9 +15,7 @@
 #include <cuda_runtime.h>
 #endif
 
-#ifndef EXL3_GIT_COMMIT
-#define EXL3_GIT_COMMIT "unknown"
-#endif
+#include "git_commit.h"  // EXL3_GIT_COMMIT, generated in the build tree
 
 namespace exl3 {
 namespace {
