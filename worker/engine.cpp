@@ -165,23 +165,10 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
       r.prompt_ids = all.first(std::min<size_t>(h.prompt_len, all.size()));
       r.output_ids = all.subspan(r.prompt_ids.size());
     }
-    const int64_t history = batch.history_tokens();
-    if (history > sampling_history_) {
-      sampling_history_ = std::max(history, 2 * sampling_history_);
-      EXL3_RETURN_IF_ERROR(be.reserve_sampling(sampled_ids_.numel(), logits.dim(1), sampling_history_));
-    }
-    Tensor ids = sampled_ids_.rows(0, num_rows);
-    Tensor lp = sampled_logprobs_.rows(0, num_rows);
-    bool any_logprobs = false;
-    for (const SampleRow& r : batch.rows) any_logprobs |= r.params.logprobs > 0;
-    if (any_logprobs) batch.logprobs = &lp;
-    be.sample(logits, batch, ids);
-    Tensor host = Tensor::zeros(DType::kI32, {num_rows});
-    be.download(ids, host);
-    Tensor host_lp = any_logprobs ? Tensor::zeros(DType::kF32, {num_rows, kLogprobWidth}) : Tensor();
-    if (any_logprobs) be.download(lp, host_lp);
-    EXL3_RETURN_IF_ERROR(be.synchronize());
-    for (size_t i = 0; i < seqs.size(); ++i) sampled[i] = static_cast<float>(host.data<int32_t>()[rows[i]]);
+    Tensor host_lp;
+    EXL3_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, draw(logits, batch, host_lp));
+    const bool any_logprobs = host_lp.defined();
+    for (size_t i = 0; i < seqs.size(); ++i) sampled[i] = static_cast<float>(ids[static_cast<size_t>(rows[i])]);
     for (size_t i = 0; any_logprobs && i < seqs.size(); ++i) {
       const int32_t n = static_cast<int32_t>(std::min<int64_t>(seqs[i]->sampling.logprobs, logits.dim(1)));
       if (seqs[i]->sampling.logprobs > 0) {
@@ -202,6 +189,30 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
   std::vector<int32_t> out(sampled.size());
   for (size_t i = 0; i < sampled.size(); ++i) out[i] = static_cast<int32_t>(sampled[i]);
   return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> Engine::draw(const Tensor& logits, SampleBatch& batch, Tensor& host_logprobs) {
+  Backend& be = model_->backend();
+  const int64_t num_rows = logits.dim(0);
+  EXL3_CHECK(num_rows >= 1 && static_cast<int64_t>(batch.rows.size()) == num_rows, "draw: ", batch.rows.size(),
+             " sample rows for ", num_rows, " logits rows");
+  const int64_t history = batch.history_tokens();
+  if (history > sampling_history_) {
+    sampling_history_ = std::max(history, 2 * sampling_history_);
+    EXL3_RETURN_IF_ERROR(be.reserve_sampling(sampled_ids_.numel(), logits.dim(1), sampling_history_));
+  }
+  Tensor ids = sampled_ids_.rows(0, num_rows);
+  Tensor lp = sampled_logprobs_.rows(0, num_rows);
+  bool any_logprobs = false;
+  for (const SampleRow& r : batch.rows) any_logprobs |= r.params.logprobs > 0;
+  if (any_logprobs) batch.logprobs = &lp;
+  be.sample(logits, batch, ids);
+  Tensor host = Tensor::zeros(DType::kI32, {num_rows});
+  be.download(ids, host);
+  host_logprobs = any_logprobs ? Tensor::zeros(DType::kF32, {num_rows, kLogprobWidth}) : Tensor();
+  if (any_logprobs) be.download(lp, host_logprobs);
+  EXL3_RETURN_IF_ERROR(be.synchronize());
+  return std::vector<int32_t>(host.data<int32_t>(), host.data<int32_t>() + num_rows);
 }
 
 std::vector<const StepSequence*> Engine::start_step(const StepInput& input, StepOutput& out) {

@@ -135,6 +135,10 @@ class Engine {
   absl::StatusOr<std::vector<int32_t>> sample_rows(const Tensor& logits, const std::vector<const StepSequence*>& seqs,
                                                    const std::vector<int64_t>& rows,
                                                    std::vector<std::vector<TokenLogprobs>>* logprobs);
+  // Draws every row of `batch` (one per row of `logits`, F32 [r, vocab] on the device, r >= 1) on
+  // the backend and downloads the ids; when a row has params.logprobs > 0, `host_logprobs` becomes
+  // F32 [r, kLogprobWidth] holding those rows (SampleBatch::logprobs), else it is left undefined.
+  absl::StatusOr<std::vector<int32_t>> draw(const Tensor& logits, SampleBatch& batch, Tensor& host_logprobs);
 
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvCache> cache_;

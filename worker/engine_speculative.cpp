@@ -1,6 +1,7 @@
 // Speculative decoding's round inside a step (StepInput::speculative): the drafting rank's draft
 // model proposes tokens, every rank runs the target over them in one forward, the drafting rank
-// verifies the proposals by rejection sampling against the target's sampling distributions, and
+// verifies the proposals (greedy ones against the target rows' argmaxes on the device, sampled ones
+// by rejection sampling against the target's sampling distributions on the host), and
 // the verdict (how many tokens, which) is shared so every rank appends the same tokens.
 #include <algorithm>
 
@@ -137,13 +138,72 @@ absl::StatusOr<StepOutput> Engine::run_speculative_step(const StepInput& input,
   const size_t stride = static_cast<size_t>(n) + 2;
   std::vector<float> verdict(ns * stride, 0.0f);
   if (draft_ != nullptr && ns > 0) {
-    std::vector<Tensor> scored(ns);
+    const auto set_verdict = [&](size_t k, const std::vector<int32_t>& tokens) {
+      verdict[k * stride] = static_cast<float>(tokens.size());
+      for (size_t t = 0; t < tokens.size(); ++t) verdict[k * stride + 1 + t] = static_cast<float>(tokens[t]);
+    };
+    // Greedy sequences: every target distribution is one-hot at its row's processed argmax, so
+    // rejection sampling keeps the proposals up to the first that is not the argmax of its row,
+    // then that argmax (the bonus row's when all n are kept). The device sampler finds the argmaxes
+    // (with the penalties over the context and the proposals before each row); only ids come back.
+    std::vector<bool> greedy(ns, false);
+    std::vector<std::vector<int32_t>> contexts(ns);  // a greedy row j sees the first `first + j`
+    SampleBatch batch;
+    batch.rows.assign(static_cast<size_t>(logits.dim(0)), SampleRow{});
+    for (SampleRow& r : batch.rows) r.params.temperature = 0.0f;
     for (size_t k = 0; k < ns; ++k) {
+      const StepSequence& s = *samplers[spec[k]];
+      const History& h = histories_.at(s.seq_id);
+      const SamplingParams params = row_params(s, h.dry_breakers);
+      if (params.temperature != 0.0f) continue;
+      greedy[k] = true;
+      contexts[k] = h.tokens;
+      contexts[k].insert(contexts[k].end(), proposals[k].tokens.begin(), proposals[k].tokens.end());
+      const size_t first = h.tokens.size();
+      for (int32_t j = 0; j <= n; ++j) {
+        SampleRow& r = batch.rows[static_cast<size_t>(spec_rows[k] + j)];
+        r.params = params;
+        r.position = static_cast<int64_t>(first) + j;
+        const std::span<const int32_t> all =
+            std::span<const int32_t>(contexts[k]).first(first + static_cast<size_t>(j));
+        r.prompt_ids = all.first(std::min<size_t>(static_cast<size_t>(h.prompt_len), all.size()));
+        r.output_ids = all.subspan(r.prompt_ids.size());
+      }
+    }
+    std::vector<int32_t> argmax;
+    Tensor argmax_logprobs;
+    if (std::find(greedy.begin(), greedy.end(), true) != greedy.end()) {
+      EXL3_ASSIGN_OR_RETURN(argmax, draw(logits, batch, argmax_logprobs));
+    }
+    for (size_t k = 0; k < ns; ++k) {
+      if (!greedy[k]) continue;
+      std::vector<int32_t> tokens;
+      for (int32_t j = 0; j <= n; ++j) {
+        const int32_t best = argmax[static_cast<size_t>(spec_rows[k] + j)];
+        tokens.push_back(best);
+        if (j == n || proposals[k].tokens[j] != best) break;
+      }
+      set_verdict(k, tokens);
+      const int32_t logprobs = samplers[spec[k]]->sampling.logprobs;
+      for (size_t t = 0; logprobs > 0 && t < tokens.size(); ++t) {
+        const float* row = argmax_logprobs.data<float>() + (spec_rows[k] + static_cast<int64_t>(t)) * kLogprobWidth;
+        out.logprobs[spec[k]].push_back(
+            read_logprob_row(row, static_cast<int32_t>(std::min<int64_t>(logprobs, vocab))));
+      }
+    }
+
+    // Sampled sequences: rejection sampling against the target distributions, on the host.
+    std::vector<Tensor> scored(ns);
+    bool any_sampled = false;
+    for (size_t k = 0; k < ns; ++k) {
+      if (greedy[k]) continue;
+      any_sampled = true;
       scored[k] = Tensor::zeros(DType::kF32, {n + 1, vocab});
       be.download(logits.rows(spec_rows[k], n + 1), scored[k]);
     }
-    EXL3_RETURN_IF_ERROR(be.synchronize());
+    if (any_sampled) EXL3_RETURN_IF_ERROR(be.synchronize());
     for (size_t k = 0; k < ns; ++k) {
+      if (greedy[k]) continue;
       const StepSequence& s = *samplers[spec[k]];
       const History& h = histories_.at(s.seq_id);
       const SamplingParams params = row_params(s, h.dry_breakers);
@@ -158,15 +218,12 @@ absl::StatusOr<StepOutput> Engine::run_speculative_step(const StepInput& input,
         if (j < n) context.push_back(proposals[k].tokens[j]);
       }
       const VerifyResult r = verify_proposal(proposals[k].tokens, proposals[k].probs, target, params.seed, first);
-      verdict[k * stride] = static_cast<float>(r.tokens.size());
-      for (size_t t = 0; t < r.tokens.size(); ++t) {
-        verdict[k * stride + 1 + t] = static_cast<float>(r.tokens[t]);
-        if (params.logprobs > 0) {
-          const std::span<const float> row(scored[k].data<float>() + static_cast<int64_t>(t) * vocab,
-                                           static_cast<size_t>(vocab));
-          const int32_t top = static_cast<int32_t>(std::min<int64_t>(params.logprobs, vocab));
-          out.logprobs[spec[k]].push_back(token_logprobs_ref(row, r.tokens[t], top));
-        }
+      set_verdict(k, r.tokens);
+      for (size_t t = 0; params.logprobs > 0 && t < r.tokens.size(); ++t) {
+        const std::span<const float> row(scored[k].data<float>() + static_cast<int64_t>(t) * vocab,
+                                         static_cast<size_t>(vocab));
+        const int32_t top = static_cast<int32_t>(std::min<int64_t>(params.logprobs, vocab));
+        out.logprobs[spec[k]].push_back(token_logprobs_ref(row, r.tokens[t], top));
       }
     }
   }

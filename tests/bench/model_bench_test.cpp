@@ -7,9 +7,9 @@
 #include <regex>
 #include <sstream>
 
+#include "bench/bench_cli.h"
 #include "bench/exl3_bench_cli.h"
 #include "common/test_paths.h"
-#include "bench/bench_cli.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 

@@ -30,7 +30,8 @@ using std::chrono::milliseconds;
 // Sends a ping and then a shutdown, each answered before the next; counts the answers.
 class PingThenShutdown final : public pb::Control::Service {
  public:
-  grpc::Status Session(grpc::ServerContext*, grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>* stream) override {
+  grpc::Status Session(grpc::ServerContext*,
+                       grpc::ServerReaderWriter<pb::Command, pb::WorkerMessage>* stream) override {
     pb::WorkerMessage message;
     if (!stream->Read(&message) || !message.has_hello()) return finish("no session hello");
     for (uint64_t id = 1; id <= 2; ++id) {

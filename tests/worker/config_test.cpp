@@ -116,9 +116,9 @@ TEST(ModelConfig, TokenIdsMustBeInTheVocabulary) {
   expect_error(replaced("[1, 2]", "4294967297"), "eos_token_id holds 4294967297");
   expect_error(replaced("[1, 2]", "18446744073709551615"), "eos_token_id holds 18446744073709551615");
   expect_error(replaced("[1, 2]", "[1, 2.5]"), "eos_token_id must be an integer or a list of integers");
-  auto none = parse_model_config(replaced("\"bos_token_id\": 0, \"eos_token_id\": [1, 2]",
-                                          "\"bos_token_id\": null, \"eos_token_id\": 4095"),
-                                 "config.json");
+  auto none = parse_model_config(
+      replaced("\"bos_token_id\": 0, \"eos_token_id\": [1, 2]", "\"bos_token_id\": null, \"eos_token_id\": 4095"),
+      "config.json");
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_FALSE(none->bos_token_id.has_value());
   EXPECT_EQ(none->eos_token_ids, (std::vector<int32_t>{4095}));

@@ -48,22 +48,30 @@ std::unique_ptr<Engine> make_engine(EngineOptions options, bool draft) {
 
 struct Decoded {
   std::vector<int32_t> tokens;
+  std::vector<TokenLogprobs> logprobs;  // per token, when the sampling parameters ask
   int rounds = 0;  // decode commands after the prefill
 };
 
-// Greedy: prefill `prompt` (sampling its first token), then decode commands of `decode_steps`
-// (speculative rounds when `speculative`) until `length` tokens exist.
-Decoded greedy(Engine& engine, const std::vector<int32_t>& prompt, int length, int32_t decode_steps, bool speculative) {
+// Greedy (temperature 0 in `sampling`, its other parameters as given): prefill `prompt` (sampling
+// its first token), then decode commands of `decode_steps` (speculative rounds when `speculative`)
+// until `length` tokens exist.
+Decoded greedy(Engine& engine, const std::vector<int32_t>& prompt, int length, int32_t decode_steps, bool speculative,
+               SamplingParams sampling = {}) {
   const std::vector<int32_t> pages = {5, 2, 11, 7, 0, 9, 3, 14};  // 128 positions
   const int32_t len = static_cast<int32_t>(prompt.size());
+  sampling.temperature = 0.0f;
+  const auto sequence = [&](std::vector<int32_t> tokens, int32_t start) {
+    StepSequence s = step_sequence(1, std::move(tokens), start, pages, true, len);
+    s.sampling = sampling;
+    return s;
+  };
   Decoded d;
-  auto first = engine.run_step(StepInput{{step_sequence(1, prompt, 0, pages, true, len)}, 1});
+  auto first = engine.run_step(StepInput{{sequence(prompt, 0)}, 1});
   EXL3_CHECK_OK(first.status());
   d.tokens = first->tokens[0].second;
+  if (!first->logprobs.empty()) d.logprobs = first->logprobs[0];
   while (static_cast<int>(d.tokens.size()) < length) {
-    StepInput step{
-        {step_sequence(1, {d.tokens.back()}, len + static_cast<int32_t>(d.tokens.size()) - 1, pages, true, len)},
-        decode_steps};
+    StepInput step{{sequence({d.tokens.back()}, len + static_cast<int32_t>(d.tokens.size()) - 1)}, decode_steps};
     step.speculative = speculative;
     auto out = engine.run_step(step);
     EXL3_CHECK_OK(out.status());
@@ -71,9 +79,11 @@ Decoded greedy(Engine& engine, const std::vector<int32_t>& prompt, int length, i
     EXPECT_GE(got.size(), 1u);
     EXPECT_LE(got.size(), static_cast<size_t>(decode_steps));
     d.tokens.insert(d.tokens.end(), got.begin(), got.end());
+    if (!out->logprobs.empty()) d.logprobs.insert(d.logprobs.end(), out->logprobs[0].begin(), out->logprobs[0].end());
     ++d.rounds;
   }
   d.tokens.resize(length);
+  if (sampling.logprobs > 0) d.logprobs.resize(length);
   engine.release({1});
   return d;
 }
@@ -99,6 +109,34 @@ TEST(SpeculativeEngine, GreedyOutputEqualsPlainDecoding) {
               kDraftTokens, tokens, rounds, static_cast<double>(tokens) / rounds,
               100.0 * accepted_per_round / kDraftTokens, 100.0 * (1.0 - static_cast<double>(rounds) / tokens));
   EXPECT_LT(rounds, tokens);  // the draft's proposals were accepted at least sometimes
+}
+
+// Greedy verification with a presence penalty (each row sees the proposals before it) and
+// logprobs: the same tokens and logprobs as plain decoding with those parameters.
+TEST(SpeculativeEngine, GreedyWithPenaltyAndLogprobsEqualsPlainDecoding) {
+  EXL3_REQUIRE_FILE(draft_dir() + "/model.safetensors");
+  constexpr int kLength = 40;
+  constexpr int32_t kDraftTokens = 4;
+  SamplingParams sampling;
+  sampling.presence_penalty = 3.0f;
+  sampling.logprobs = 2;
+  auto plain = make_engine(EngineOptions{16, 16}, false);
+  auto drafted = make_engine(EngineOptions{16, 16}, true);
+  // Unpenalised, this prompt's greedy continuation repeats one token (38 38 38): rows that did not
+  // see the proposals before them would repeat it too.
+  const std::vector<int32_t> prompt = fixture_prompts()[1];
+  const Decoded want = greedy(*plain, prompt, kLength, 1, false, sampling);
+  const Decoded got = greedy(*drafted, prompt, kLength, kDraftTokens + 1, true, sampling);
+  EXPECT_EQ(got.tokens, want.tokens);
+  const Decoded unpenalised = greedy(*plain, prompt, kLength, 1, false);
+  EXPECT_NE(unpenalised.tokens, want.tokens) << "the penalty should change this greedy output";
+  ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+  for (size_t t = 0; t < got.logprobs.size(); ++t) {
+    EXPECT_NEAR(got.logprobs[t].logprob, want.logprobs[t].logprob, 1e-5) << "token " << t;
+    ASSERT_EQ(got.logprobs[t].top.size(), 2u) << "token " << t;
+    for (size_t j = 0; j < 2; ++j) EXPECT_EQ(got.logprobs[t].top[j].id, want.logprobs[t].top[j].id) << "token " << t;
+  }
+  EXPECT_LT(got.rounds, kLength - 1) << "proposals were accepted at least sometimes";
 }
 
 TEST(SpeculativeEngine, DraftingWithTheTargetItselfAcceptsEverything) {

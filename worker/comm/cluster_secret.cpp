@@ -118,7 +118,7 @@ std::shared_ptr<grpc::Channel> make_control_channel(const std::string& target, c
 }
 
 absl::StatusOr<std::unique_ptr<ClusterSecretFile>> ClusterSecretFile::create(const std::string& secret,
-                                                                            const std::string& temp_dir) {
+                                                                             const std::string& temp_dir) {
   std::string pattern = absl::StrCat(temp_dir.empty() ? "/tmp" : temp_dir, "/exl3-secret-XXXXXX");
   if (::mkdtemp(pattern.data()) == nullptr) return errno_error(absl::StrCat("creating a private directory ", pattern));
   const std::string path = pattern + "/cluster-secret";
