@@ -160,19 +160,6 @@ std::vector<int32_t> page_range(int64_t first, int64_t count) {
   return p;
 }
 
-StepSequence greedy_sequence(uint64_t id, std::vector<int32_t> tokens, int32_t start_pos, std::vector<int32_t> pages,
-                             int32_t prompt_len) {
-  StepSequence s;
-  s.seq_id = id;
-  s.tokens = std::move(tokens);
-  s.start_pos = start_pos;
-  s.page_table = std::move(pages);
-  s.sample = true;
-  s.sampling.temperature = 0.0f;
-  s.prompt_len = prompt_len;
-  return s;
-}
-
 // One synchronised step; returns its wall time in seconds.
 absl::StatusOr<double> timed_step(Engine& engine, const StepInput& input, StepOutput* out) {
   Backend& be = engine.model().backend();
@@ -193,8 +180,8 @@ absl::StatusOr<PrefillRow> bench_prefill(Engine& engine, const ModelBenchOptions
   for (int run = 0; run < o.warmup + o.prefill_repeats; ++run) {
     const uint64_t id = next_id++;
     StepInput in;
-    in.sequences.push_back(greedy_sequence(id, prompt_tokens(length, c.vocab_size, id), 0, pages,
-                                           static_cast<int32_t>(length)));
+    in.sequences.push_back(greedy_step_sequence(id, prompt_tokens(length, c.vocab_size, id), 0, pages, true,
+                                                static_cast<int32_t>(length)));
     EXL3_ASSIGN_OR_RETURN(double s, timed_step(engine, in, nullptr));
     engine.release({id});
     if (run >= o.warmup) total += s;
@@ -215,8 +202,9 @@ absl::StatusOr<DecodeRow> bench_decode(Engine& engine, const ModelBenchOptions& 
   std::vector<StepSequence> seqs;
   for (int64_t b = 0; b < batch; ++b) {
     const uint64_t id = next_id++;
-    seqs.push_back(greedy_sequence(id, prompt_tokens(o.decode_prompt, c.vocab_size, id), 0,
-                                   page_range(b * pages_per_seq, pages_per_seq), static_cast<int32_t>(o.decode_prompt)));
+    seqs.push_back(greedy_step_sequence(id, prompt_tokens(o.decode_prompt, c.vocab_size, id), 0,
+                                        page_range(b * pages_per_seq, pages_per_seq), true,
+                                        static_cast<int32_t>(o.decode_prompt)));
   }
   std::vector<uint64_t> ids;
   for (const StepSequence& s : seqs) ids.push_back(s.seq_id);

@@ -80,6 +80,21 @@ struct EngineOptions {
 // Most tokens a draft proposes in one round.
 inline constexpr int32_t kMaxDraftTokens = 16;
 
+// A step entry for `seq_id` running `tokens` from `start_pos` over `page_table`; with `sample` it
+// draws one token greedily (temperature 0, no penalties): what benches and tests mostly run.
+inline StepSequence greedy_step_sequence(uint64_t seq_id, std::vector<int32_t> tokens, int32_t start_pos,
+                                         std::vector<int32_t> page_table, bool sample, int32_t prompt_len) {
+  StepSequence s;
+  s.seq_id = seq_id;
+  s.tokens = std::move(tokens);
+  s.start_pos = start_pos;
+  s.page_table = std::move(page_table);
+  s.sample = sample;
+  s.sampling.temperature = 0.0f;
+  s.prompt_len = prompt_len;
+  return s;
+}
+
 // Whether a sequence of a speculative step drafts: one token to run and a token to sample (a draw
 // with banned_now, after a banned string's rewind, is a plain one).
 inline bool speculates(const StepSequence& s) {

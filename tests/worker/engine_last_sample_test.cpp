@@ -16,11 +16,10 @@ namespace {
 
 using testing::fixture_prompts;
 using testing::make_engine;
-using testing::step_sequence;
 
 StepSequence seeded(uint64_t id, std::vector<int32_t> tokens, int32_t start, std::vector<int32_t> pages,
                     int32_t prompt_len) {
-  StepSequence s = step_sequence(id, std::move(tokens), start, std::move(pages), true, prompt_len);
+  StepSequence s = greedy_step_sequence(id, std::move(tokens), start, std::move(pages), true, prompt_len);
   s.sampling.temperature = 0.8f;
   s.sampling.top_k = 40;
   s.sampling.seed = 1234 + id;
@@ -84,13 +83,13 @@ TEST(EngineLastSample, MismatchesAreRefused) {
   options.page_size = 16;
   std::unique_ptr<Engine> engine = make_engine(options);
   StepInput in;
-  in.sequences.push_back(step_sequence(1, prompt, 0, {0, 1}, true, 12));
+  in.sequences.push_back(greedy_step_sequence(1, prompt, 0, {0, 1}, true, 12));
   const absl::StatusOr<StepOutput> first = engine->run_step(in);
   ASSERT_TRUE(first.ok()) << first.status();  // history: 12 prompt tokens + 1 sample
 
   auto continued = [](int32_t start, uint64_t id = 1) {
     StepInput next;
-    StepSequence s = step_sequence(id, {}, start, {0, 1}, true, 12);
+    StepSequence s = greedy_step_sequence(id, {}, start, {0, 1}, true, 12);
     s.from_last_sample = true;
     next.sequences.push_back(s);
     return next;

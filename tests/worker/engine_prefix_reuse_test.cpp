@@ -28,7 +28,7 @@ std::unique_ptr<Engine> make_engine(KvCacheBits bits) {
 // logits when it samples.
 StepSequence seq(uint64_t id, std::vector<int32_t> tokens, int32_t start, std::vector<int32_t> pages, bool sample,
                  int32_t prompt_len) {
-  StepSequence s = testing::step_sequence(id, std::move(tokens), start, std::move(pages), sample, prompt_len);
+  StepSequence s = greedy_step_sequence(id, std::move(tokens), start, std::move(pages), sample, prompt_len);
   s.sampling.repetition_penalty = 1.3f;
   s.return_logits = sample;
   return s;

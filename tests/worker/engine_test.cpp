@@ -11,7 +11,6 @@ namespace exl3 {
 namespace {
 
 using testing::fixture_prompts;
-using testing::step_sequence;
 
 std::vector<int32_t> greedy_by_recompute(const LlamaModel& model, std::vector<int32_t> ids, int steps) {
   std::vector<int32_t> out;
@@ -30,15 +29,15 @@ TEST(Engine, ChunkedPrefillAndMultiStepDecodeMatchRecompute) {
   const std::vector<int32_t> prompt = fixture_prompts()[0];
   const std::vector<int32_t> pages = {3, 9, 1, 12};  // 64 positions, deliberately scattered
   // Prefill in two chunks (20 + 12 tokens), then 3 commands of 4 decode iterations each.
-  StepInput first{{step_sequence(7, {prompt.begin(), prompt.begin() + 20}, 0, pages, false, 32)}, 1};
+  StepInput first{{greedy_step_sequence(7, {prompt.begin(), prompt.begin() + 20}, 0, pages, false, 32)}, 1};
   ASSERT_TRUE(engine->run_step(first).ok());
-  StepInput second{{step_sequence(7, {prompt.begin() + 20, prompt.end()}, 20, pages, true, 32)}, 4};
+  StepInput second{{greedy_step_sequence(7, {prompt.begin() + 20, prompt.end()}, 20, pages, true, 32)}, 4};
   auto out = engine->run_step(second);
   ASSERT_TRUE(out.ok()) << out.status();
   std::vector<int32_t> generated = out->tokens.at(0).second;
   for (int cmd = 0; cmd < 2; ++cmd) {
     const int32_t pos = 32 + static_cast<int32_t>(generated.size()) - 1;
-    auto more = engine->run_step(StepInput{{step_sequence(7, {generated.back()}, pos, pages, true, 0)}, 4});
+    auto more = engine->run_step(StepInput{{greedy_step_sequence(7, {generated.back()}, pos, pages, true, 0)}, 4});
     ASSERT_TRUE(more.ok()) << more.status();
     generated.insert(generated.end(), more->tokens[0].second.begin(), more->tokens[0].second.end());
   }
@@ -51,15 +50,15 @@ TEST(Engine, BatchedSequencesEqualSequencesAlone) {
   std::vector<std::vector<int32_t>> alone;
   for (int i = 0; i < 3; ++i) {
     auto engine = testing::make_engine({8, 32});
-    auto out = engine->run_step(StepInput{{step_sequence(1, prompts[i], 0, {2, 5}, true, 32)}, 6});
+    auto out = engine->run_step(StepInput{{greedy_step_sequence(1, prompts[i], 0, {2, 5}, true, 32)}, 6});
     ASSERT_TRUE(out.ok()) << out.status();
     alone.push_back(out->tokens[0].second);
   }
   auto engine = testing::make_engine({8, 32});
-  StepInput batch{
-      {step_sequence(10, prompts[0], 0, {0, 1}, true, 32), step_sequence(11, prompts[1], 0, {2, 3}, true, 32),
-       step_sequence(12, prompts[2], 0, {4, 5}, true, 32)},
-      6};
+  StepInput batch{{greedy_step_sequence(10, prompts[0], 0, {0, 1}, true, 32),
+                   greedy_step_sequence(11, prompts[1], 0, {2, 3}, true, 32),
+                   greedy_step_sequence(12, prompts[2], 0, {4, 5}, true, 32)},
+                  6};
   auto out = engine->run_step(batch);
   ASSERT_TRUE(out.ok()) << out.status();
   ASSERT_EQ(out->tokens.size(), 3u);
@@ -78,11 +77,12 @@ TEST(Engine, RefusesInconsistentSteps) {
     ASSERT_FALSE(out.ok());
     EXPECT_NE(std::string(out.status().message()).find(needle), std::string::npos) << out.status();
   };
-  expect_bad(StepInput{{step_sequence(1, {5000}, 0, {0}, true, 1)}, 1}, "5000");
-  expect_bad(StepInput{{step_sequence(1, {5, 6}, 3, {0}, true, 2)}, 1}, "start position");
-  expect_bad(StepInput{{step_sequence(1, std::vector<int32_t>(20, 5), 0, {0}, true, 20)}, 1}, "pages cannot hold");
-  expect_bad(StepInput{{step_sequence(1, {5}, 0, {7}, true, 1)}, 1}, "page 7");
-  expect_bad(StepInput{{step_sequence(1, {}, 0, {0}, true, 1)}, 1}, "no tokens");
+  expect_bad(StepInput{{greedy_step_sequence(1, {5000}, 0, {0}, true, 1)}, 1}, "5000");
+  expect_bad(StepInput{{greedy_step_sequence(1, {5, 6}, 3, {0}, true, 2)}, 1}, "start position");
+  expect_bad(StepInput{{greedy_step_sequence(1, std::vector<int32_t>(20, 5), 0, {0}, true, 20)}, 1},
+             "pages cannot hold");
+  expect_bad(StepInput{{greedy_step_sequence(1, {5}, 0, {7}, true, 1)}, 1}, "page 7");
+  expect_bad(StepInput{{greedy_step_sequence(1, {}, 0, {0}, true, 1)}, 1}, "no tokens");
 }
 
 }  // namespace

@@ -38,18 +38,4 @@ inline std::unique_ptr<Engine> make_engine(const EngineOptions& options, std::un
   return *std::move(engine);
 }
 
-// A sequence of a step: `tokens` fed from `start` through `pages`, greedy when it samples.
-inline StepSequence step_sequence(uint64_t id, std::vector<int32_t> tokens, int32_t start, std::vector<int32_t> pages,
-                                  bool sample, int32_t prompt_len) {
-  StepSequence s;
-  s.seq_id = id;
-  s.tokens = std::move(tokens);
-  s.start_pos = start;
-  s.page_table = std::move(pages);
-  s.sample = sample;
-  s.sampling.temperature = 0.0f;
-  s.prompt_len = prompt_len;
-  return s;
-}
-
 }  // namespace exl3::testing

@@ -20,7 +20,6 @@ namespace exl3 {
 namespace {
 
 using testing::fixture_prompts;
-using testing::step_sequence;
 
 std::string draft_dir() { return testing::shared_path("fixtures/exl3-2.5bpw"); }
 
@@ -61,7 +60,7 @@ Decoded greedy(Engine& engine, const std::vector<int32_t>& prompt, int length, i
   const int32_t len = static_cast<int32_t>(prompt.size());
   sampling.temperature = 0.0f;
   const auto sequence = [&](std::vector<int32_t> tokens, int32_t start) {
-    StepSequence s = step_sequence(1, std::move(tokens), start, pages, true, len);
+    StepSequence s = greedy_step_sequence(1, std::move(tokens), start, pages, true, len);
     s.sampling = sampling;
     return s;
   };
@@ -164,7 +163,7 @@ TEST(SpeculativeEngine, RefusesAMismatchedDraftAndSpeculativeStepsWithoutOne) {
   EXPECT_NE(std::string(wrong_vocab.status().message()).find("vocabulary"), std::string::npos)
       << wrong_vocab.status();
   auto plain = make_engine(EngineOptions{16, 16}, false);
-  StepInput step{{step_sequence(1, {1, 2, 3}, 0, {0}, true, 3)}, 3};
+  StepInput step{{greedy_step_sequence(1, {1, 2, 3}, 0, {0}, true, 3)}, 3};
   step.speculative = true;
   const auto out = plain->run_step(step);
   ASSERT_FALSE(out.ok());
@@ -204,11 +203,11 @@ TEST(SpeculativeEngine, SampledTokensFollowTheTargetDistribution) {
     round.decode_steps = kDraftTokens + 1;
     round.speculative = true;
     for (int64_t s = 0; s < kSeqs; ++s) {
-      StepSequence head = step_sequence(static_cast<uint64_t>(s + 1), {prompt.begin(), prompt.end() - 1}, 0,
-                                   {static_cast<int32_t>(s)}, false, static_cast<int32_t>(prompt.size()));
+      StepSequence head = greedy_step_sequence(static_cast<uint64_t>(s + 1), {prompt.begin(), prompt.end() - 1}, 0,
+                                               {static_cast<int32_t>(s)}, false, static_cast<int32_t>(prompt.size()));
       StepSequence tail =
-          step_sequence(static_cast<uint64_t>(s + 1), {prompt.back()}, static_cast<int32_t>(prompt.size()) - 1,
-                        {static_cast<int32_t>(s)}, true, static_cast<int32_t>(prompt.size()));
+          greedy_step_sequence(static_cast<uint64_t>(s + 1), {prompt.back()}, static_cast<int32_t>(prompt.size()) - 1,
+                               {static_cast<int32_t>(s)}, true, static_cast<int32_t>(prompt.size()));
       tail.sampling = params;
       tail.sampling.seed = seed++;
       prefill.sequences.push_back(std::move(head));
