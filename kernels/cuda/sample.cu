@@ -519,10 +519,9 @@ __device__ Cut find_cut(const Row& r, const Order& order, bool by_mass, double t
   return cut;
 }
 
-// Marks the row's history (seen-bitmap over prompt and output ids, counts over output ids) and
-// its sparse biases (the biased bitmap).
-// Marks the history and sparse biases of tokens [begin, end) (whole bitmap words: begin a
-// multiple of 32) in the row's bitmaps and counts; only this block touches them. Ends synchronised.
+// Marks the row's history (seen-bitmap over prompt and output ids, counts over output ids) and its
+// sparse biases (the biased bitmap) for tokens [begin, end) (whole bitmap words: begin a multiple
+// of 32); only this block touches those words and counts. Ends synchronised.
 __device__ void mark_history_range(const DeviceSampleRow& rp, const int32_t* history, int64_t begin, int64_t end,
                                    uint32_t* seen, int32_t* counts, uint32_t* biased) {
   const int64_t first_word = begin / 32, end_word = (end + 31) / 32;
