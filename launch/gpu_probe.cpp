@@ -2,7 +2,6 @@
 // created for counting) and the --gpus list.
 #include "launch/gpu_probe.h"
 
-#include <cstdlib>
 #include <set>
 
 #include "absl/strings/numbers.h"
