@@ -14,7 +14,7 @@ namespace exl3 {
 absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::load(const std::string& model_dir,
                                                              std::shared_ptr<Backend> backend, int64_t num_pages,
                                                              int64_t page_size, const StepLimits& limits,
-                                                             int64_t target_vocab) {
+                                                             int64_t target_vocab, const KvCacheBits& cache_bits) {
   EXL3_ASSIGN_OR_RETURN(const ModelConfig config, load_model_config(model_dir));
   if (config.vocab_size != target_vocab) {
     return absl::InvalidArgumentError(absl::StrCat("draft model ", model_dir, " has a vocabulary of ",
@@ -24,7 +24,10 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::load(const std::string& 
   std::unique_ptr<DraftModel> draft(new DraftModel());
   Backend& be = *backend;
   EXL3_ASSIGN_OR_RETURN(draft->model_, LlamaModel::load_shard(model_dir, ModelShard::full(config), std::move(backend)));
-  EXL3_ASSIGN_OR_RETURN(draft->cache_, KvCache::create(draft->model_->cache_shape(num_pages, page_size), be));
+  KvCacheShape shape = draft->model_->cache_shape(num_pages, page_size);
+  shape.k_bits = cache_bits.k;
+  shape.v_bits = cache_bits.v;
+  EXL3_ASSIGN_OR_RETURN(draft->cache_, KvCache::create(shape, be));
   StepLimits draft_limits = limits;
   draft_limits.step_graphs = false;
   EXL3_RETURN_IF_ERROR(draft->model_->reserve(draft_limits));

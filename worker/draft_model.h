@@ -43,12 +43,13 @@ struct Proposal {
 class DraftModel {
  public:
   // Loads the model in `model_dir` whole onto `backend`, with a cache of `num_pages` pages of
-  // `page_size` tokens (the target's), reserved for steps within `limits`. INVALID_ARGUMENT when
-  // its vocabulary differs from `target_vocab`.
+  // `page_size` tokens (the target's) at `cache_bits`, reserved for steps within `limits`.
+  // INVALID_ARGUMENT when its vocabulary differs from `target_vocab` or its KV heads cannot take
+  // `cache_bits`.
   static absl::StatusOr<std::unique_ptr<DraftModel>> load(const std::string& model_dir,
                                                           std::shared_ptr<Backend> backend, int64_t num_pages,
                                                           int64_t page_size, const StepLimits& limits,
-                                                          int64_t target_vocab);
+                                                          int64_t target_vocab, const KvCacheBits& cache_bits = {});
 
   // Proposes `tokens` (>= 1) tokens for every input sequence, batched: first the catch-up forward
   // of the positions the draft's cache lacks (chunked to the step limits), then one single-token

@@ -68,9 +68,9 @@ struct PlannerOptions {
   // decoding sequence scores its proposals too).
   int64_t logit_rows_per_seq = 1;
   // Speculative decoding's draft model (null = none): held whole by the lowest rank with the head
-  // (rank 0 in tp mode, the last rank in a layer split), with a full-precision KV cache of the same
-  // pages and its own workspace; that rank plans the model within its cap less those bytes, which
-  // its plan then counts as workspace.
+  // (rank 0 in tp mode, the last rank in a layer split), with a KV cache of the same pages at its
+  // footprint's cache_bits and its own workspace; that rank plans the model within its cap less
+  // those bytes, which its plan then counts as workspace.
   const ModelFootprint* draft = nullptr;
   // Pages to price: plan_shards sets it on the options of each attempt; by hand, to price a given
   // cache (price_rank uses the plan's num_pages). 0 = wanted_pages().
@@ -127,10 +127,10 @@ struct RankPlan {
 // RESOURCE_EXHAUSTED when the caps cannot hold the model, cache and workspace.
 absl::StatusOr<std::vector<RankPlan>> plan_shards(const ModelFootprint& footprint, const PlannerOptions& options);
 
-// Speculative decoding's draft model as the planner prices it (options.draft): its weights, a
-// full-precision KV cache of options' pages and its workspace, held by draft_model_rank (the lowest
-// rank with the head: 0 in tp mode, the last in a layer split) and counted in that rank's
-// workspace bytes.
+// Speculative decoding's draft model as the planner prices it (options.draft): its weights, a KV
+// cache of options' pages at the draft footprint's cache_bits and its workspace, held by
+// draft_model_rank (the lowest rank with the head: 0 in tp mode, the last in a layer split) and
+// counted in that rank's workspace bytes.
 uint64_t draft_model_bytes(const ModelFootprint& draft, const PlannerOptions& options);
 int draft_model_rank(const PlannerOptions& options);
 

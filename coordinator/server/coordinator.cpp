@@ -131,6 +131,13 @@ absl::Status Coordinator::load_draft_footprint(const ModelConfig& target) {
   }
   EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(dir));
   EXL3_ASSIGN_OR_RETURN(ModelFootprint fp, build_model_footprint(config, options_.backend, &tensors));
+  // The draft's cache takes --cache-bits where its KV heads allow them, else stays full precision.
+  if (options_.cache_bits.quantized() && !fp.set_cache_bits(options_.cache_bits).ok()) {
+    std::fprintf(stderr,
+                 "coordinator: the draft model's KV heads cannot take --cache-bits %s: its cache stays full "
+                 "precision\n",
+                 kv_cache_bits_name(options_.cache_bits).c_str());
+  }
   draft_footprint_ = std::move(fp);
   return absl::OkStatus();
 }
@@ -176,10 +183,12 @@ absl::Status Coordinator::start_serving() {
   popts.pages = plans_.front().num_pages;
   std::fprintf(stderr, "%s", format_plan_table(footprint_, plans_, caps, &popts).c_str());
   if (draft_footprint_) {
-    std::fprintf(stderr, "coordinator: rank %d holds the draft model %s: %s (weights, full-precision KV cache, "
+    std::fprintf(stderr,
+                 "coordinator: rank %d holds the draft model %s: %s (weights, KV cache at %s bits, "
                  "workspace), counted in its workspace column; it proposes %d tokens per decode step\n",
                  draft_model_rank(popts), options_.draft_model_dir.c_str(),
-                 format_bytes(draft_model_bytes(*draft_footprint_, popts)).c_str(), options_.draft_tokens);
+                 format_bytes(draft_model_bytes(*draft_footprint_, popts)).c_str(),
+                 kv_cache_bits_name(draft_footprint_->cache_bits).c_str(), options_.draft_tokens);
   }
   if (cache_was_fitted(popts, popts.pages)) {
     std::fprintf(stderr, "coordinator: %s\n", kv_cache_summary(popts, popts.pages).c_str());
@@ -213,6 +222,8 @@ absl::Status Coordinator::start_serving() {
     if (draft_footprint_) {
       l->set_draft_model_dir(options_.draft_model_dir);
       l->set_draft_rank(draft_rank);
+      l->set_draft_cache_k_bits(draft_footprint_->cache_bits.k);
+      l->set_draft_cache_v_bits(draft_footprint_->cache_bits.v);
     }
     if (cuda) {
       l->set_cap_bytes(static_cast<int64_t>(caps[r]));

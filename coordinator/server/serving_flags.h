@@ -36,7 +36,8 @@ inline void add_serving_flags(CLI::App& app, CoordinatorOptions& o, ServingFlagT
                  "KV cache widths K,V (a single N means N,N): each 2..8 = quantized to that many bits per element "
                  "(per 32-element group: Hadamard rotation + fp16 scale, exl3-format.md section 9), or 16 = full "
                  "precision (F16 on GPUs, F32 on CPU workers); sent to every worker. The planner prices pages at these "
-                 "widths, so the same --split holds more cache tokens (4,4 stores 4.5 bits per element vs 16)")
+                 "widths, so the same --split holds more cache tokens (4,4 stores 4.5 bits per element vs 16). A "
+                 "--draft-model's cache takes them too where its KV heads allow (else it stays full precision)")
       ->capture_default_str()->group(group);
   app.add_option("--int8-activations", text.int8_activations,
                  int8_activations_flag_help() + " (the coordinator sends it to every worker)")

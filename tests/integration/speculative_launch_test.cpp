@@ -31,10 +31,12 @@ struct Served {
   std::vector<std::vector<int32_t>> tokens;  // per prompt
   v1::StatsResponse stats;
   v1::ModelInfoResponse info;
+  std::string log;  // the launcher's
 };
 
 // Launches `workers` CPU workers in `mode` (with the draft when `draft`), runs every prompt greedily
-// and stops the server, which must exit cleanly.
+// and stops the server, which must exit cleanly. The layer split runs with --cache-bits 4,4, which
+// the draft's cache takes too.
 Served serve(const std::string& mode, bool draft) {
   LaunchConfig config;
   config.workers = 2;
@@ -42,6 +44,7 @@ Served serve(const std::string& mode, bool draft) {
   config.max_batch = 4;
   config.log_name = "speculative_" + mode + (draft ? "_draft" : "_plain");
   if (draft) config.extra_args = {"--draft-model", draft_dir(), "--draft-tokens", "4"};
+  if (mode == "layers") config.extra_args.insert(config.extra_args.end(), {"--cache-bits", "4,4"});
   Served out;
   auto server = LaunchedServer::start(config, seconds(60));
   EXPECT_TRUE(server.ok()) << server.status();
@@ -59,6 +62,7 @@ Served serve(const std::string& mode, bool draft) {
   EXPECT_TRUE(stub->ModelInfo(&context, v1::ModelInfoRequest(), &out.info).ok());
   const std::optional<int> exit = (*server)->stop(seconds(20));
   EXPECT_TRUE(exit && WIFEXITED(*exit) && WEXITSTATUS(*exit) == 0) << (*server)->log_tail();
+  out.log = (*server)->log();
   return out;
 }
 
@@ -88,6 +92,8 @@ TEST(SpeculativeLaunch, GreedyOutputEqualsServingWithoutADraft) {
     EXPECT_EQ(drafted.info.draft_model_dir(), draft_dir());
     EXPECT_EQ(drafted.info.draft_tokens(), 4);
     EXPECT_EQ(s.free_kv_pages(), s.total_kv_pages());
+    const std::string cache = mode == "layers" ? "KV cache at 4,4 bits" : "KV cache at 16,16 bits";
+    EXPECT_NE(drafted.log.find(cache), std::string::npos) << "expected \"" << cache << "\" in\n" << drafted.log;
   }
 }
 

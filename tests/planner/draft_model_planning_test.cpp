@@ -1,7 +1,8 @@
 // The planner with speculative decoding's draft model (PlannerOptions::draft): the draft's bytes
-// (weights, a full-precision cache of the plan's pages, workspace) land on the lowest rank with the
-// head (rank 0 in tp mode, the last rank of a layer split) as workspace, the model is planned within
-// that rank's cap less them, and a cap too small for the draft is refused naming the rank.
+// (weights, a cache of the plan's pages at the draft's cache bits, workspace) land on the lowest
+// rank with the head (rank 0 in tp mode, the last rank of a layer split) as workspace, the model is
+// planned within that rank's cap less them, and a cap too small for the draft is refused naming
+// the rank.
 #include <string>
 
 #include "common/test_paths.h"
@@ -59,6 +60,21 @@ TEST(DraftModelPlanning, TheDraftLandsOnTheLowestRankWithTheHead) {
       EXPECT_EQ((*drafted)[r].workspace_bytes, (*plain)[r].workspace_bytes + (r == rank ? bytes : 0)) << "rank " << r;
     }
   }
+}
+
+// With --cache-bits (the coordinator sets them on the draft's footprint) the draft's cache is priced
+// at those widths: 4,4 stores a 32-element group of K or V in 4·4 + 2 = 18 bytes instead of 32 F32.
+TEST(DraftModelPlanning, TheDraftCacheIsPricedAtTheCacheBits) {
+  const std::string draft_dir = testing::shared_path("fixtures/exl3-2.5bpw");
+  EXL3_REQUIRE_FILE(draft_dir + "/config.json");
+  const ModelFootprint full = fixture_footprint(draft_dir);
+  ModelFootprint quantized = fixture_footprint(draft_dir);
+  ASSERT_TRUE(quantized.set_cache_bits({4, 4}).ok());
+  const PlannerOptions o = options(PlanMode::kTensorParallel, &full).with_pages(8);
+  const uint64_t full_cache = full.total_cache_bytes(o.cache_tokens());
+  const uint64_t quantized_cache = quantized.total_cache_bytes(o.cache_tokens());
+  EXPECT_EQ(quantized_cache * 128, full_cache * 18);
+  EXPECT_EQ(draft_model_bytes(full, o) - draft_model_bytes(quantized, o), full_cache - quantized_cache);
 }
 
 TEST(DraftModelPlanning, ACapWithoutRoomForTheDraftIsRefusedNamingTheRank) {

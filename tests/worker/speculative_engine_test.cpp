@@ -23,8 +23,23 @@ using testing::fixture_prompts;
 
 std::string draft_dir() { return testing::shared_path("fixtures/exl3-2.5bpw"); }
 
-// An engine on its own CPU backend, drafting with the 2.5 bpw model when `draft` is set.
-std::unique_ptr<Engine> make_engine(EngineOptions options, bool draft) {
+// The 2.5 bpw draft on `backend` for an engine of `options`, its cache at `cache_bits`.
+std::unique_ptr<DraftModel> load_draft(const EngineOptions& options, std::shared_ptr<Backend> backend, int64_t vocab,
+                                       const KvCacheBits& cache_bits) {
+  StepLimits limits;
+  limits.max_step_tokens = options.max_step_tokens;
+  limits.max_seqs = options.max_seqs;
+  limits.max_pages_per_seq = options.num_pages;
+  limits.max_logit_rows = options.max_logit_rows;
+  auto d = DraftModel::load(draft_dir(), std::move(backend), options.num_pages, options.page_size, limits, vocab,
+                            cache_bits);
+  EXL3_CHECK_OK(d.status());
+  return *std::move(d);
+}
+
+// An engine on its own CPU backend, drafting with the 2.5 bpw model (its cache at `draft_bits`)
+// when `draft` is set.
+std::unique_ptr<Engine> make_engine(EngineOptions options, bool draft, const KvCacheBits& draft_bits = {}) {
   std::shared_ptr<Backend> backend(make_cpu_backend());
   auto config = load_model_config(testing::fixture_model_dir());
   EXL3_CHECK_OK(config.status());
@@ -32,14 +47,7 @@ std::unique_ptr<Engine> make_engine(EngineOptions options, bool draft) {
   EXL3_CHECK_OK(model.status());
   std::unique_ptr<DraftModel> drafter;
   if (draft) {
-    StepLimits limits;
-    limits.max_step_tokens = options.max_step_tokens;
-    limits.max_seqs = options.max_seqs;
-    limits.max_pages_per_seq = options.num_pages;
-    limits.max_logit_rows = options.max_logit_rows;
-    auto d = DraftModel::load(draft_dir(), backend, options.num_pages, options.page_size, limits, config->vocab_size);
-    EXL3_CHECK_OK(d.status());
-    drafter = *std::move(d);
+    drafter = load_draft(options, backend, config->vocab_size, draft_bits);
     options.draft_rank = 0;
   }
   return testing::make_engine(options, *std::move(model), std::move(drafter));
@@ -135,6 +143,28 @@ TEST(SpeculativeEngine, GreedyWithPenaltyAndLogprobsEqualsPlainDecoding) {
     ASSERT_EQ(got.logprobs[t].top.size(), 2u) << "token " << t;
     for (size_t j = 0; j < 2; ++j) EXPECT_EQ(got.logprobs[t].top[j].id, want.logprobs[t].top[j].id) << "token " << t;
   }
+  EXPECT_LT(got.rounds, kLength - 1) << "proposals were accepted at least sometimes";
+}
+
+// The draft's cache at --cache-bits 4,4 (18 bytes a 32-element group instead of 128 in F32) only
+// changes its proposals, never the output: greedy decoding is still plain decoding.
+TEST(SpeculativeEngine, AQuantizedDraftCacheKeepsTheGreedyOutput) {
+  EXL3_REQUIRE_FILE(draft_dir() + "/model.safetensors");
+  const EngineOptions options{16, 16};
+  std::shared_ptr<Backend> backend(make_cpu_backend());
+  auto config = load_model_config(draft_dir());
+  ASSERT_TRUE(config.ok()) << config.status();
+  const uint64_t full = load_draft(options, backend, config->vocab_size, {})->cache_bytes();
+  const uint64_t quantized = load_draft(options, backend, config->vocab_size, {4, 4})->cache_bytes();
+  EXPECT_EQ(quantized * 128, full * 18);
+
+  constexpr int kLength = 32;
+  auto plain = make_engine(options, false);
+  auto drafted = make_engine(options, true, {4, 4});
+  const std::vector<int32_t> prompt = fixture_prompts()[2];
+  const Decoded want = greedy(*plain, prompt, kLength, 1, false);
+  const Decoded got = greedy(*drafted, prompt, kLength, 5, true);
+  EXPECT_EQ(got.tokens, want.tokens);
   EXPECT_LT(got.rounds, kLength - 1) << "proposals were accepted at least sometimes";
 }
 

@@ -285,8 +285,11 @@ class WorkerSession {
         limits.max_seqs = eo.max_seqs;
         limits.max_pages_per_seq = eo.num_pages;
         limits.max_logit_rows = eo.max_seqs;
+        const KvCacheBits draft_bits{load.draft_cache_k_bits() > 0 ? load.draft_cache_k_bits() : 16,
+                                     load.draft_cache_v_bits() > 0 ? load.draft_cache_v_bits() : 16};
+        EXL3_RETURN_IF_ERROR(validate_kv_cache_bits(draft_bits, "LoadShard draft cache bits (K,V)"));
         EXL3_ASSIGN_OR_RETURN(draft, DraftModel::load(load.draft_model_dir(), backend_, eo.num_pages, eo.page_size,
-                                                      limits, model->config().vocab_size));
+                                                      limits, model->config().vocab_size, draft_bits));
       }
     }
     EXL3_ASSIGN_OR_RETURN(engine_, Engine::create(std::move(model), eo, comm_.get(), std::move(draft)));
