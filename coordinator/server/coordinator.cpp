@@ -131,8 +131,12 @@ absl::Status Coordinator::load_draft_footprint(const ModelConfig& target) {
   }
   EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(dir));
   EXL3_ASSIGN_OR_RETURN(ModelFootprint fp, build_model_footprint(config, options_.backend, &tensors));
-  // The draft's cache takes --cache-bits where its KV heads allow them, else stays full precision.
-  if (options_.cache_bits.quantized() && !fp.set_cache_bits(options_.cache_bits).ok()) {
+  // The draft's cache takes --cache-bits where its KV heads allow them, else stays full precision
+  // (set on a copy: a refusal leaves the footprint as it was).
+  ModelFootprint quantized = fp;
+  if (options_.cache_bits.quantized() && quantized.set_cache_bits(options_.cache_bits).ok()) {
+    fp = std::move(quantized);
+  } else if (options_.cache_bits.quantized()) {
     std::fprintf(stderr,
                  "coordinator: the draft model's KV heads cannot take --cache-bits %s: its cache stays full "
                  "precision\n",
