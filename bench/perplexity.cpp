@@ -43,10 +43,7 @@ double window_nll(const Tensor& logits, std::span<const int32_t> win) {
 
 absl::StatusOr<std::unique_ptr<KvCache>> make_cache(const LlamaModel& model, int64_t window, const KvCacheBits& bits) {
   const int64_t page_size = 256;
-  KvCacheShape shape = model.cache_shape((window + page_size - 1) / page_size, page_size);
-  shape.k_bits = bits.k;
-  shape.v_bits = bits.v;
-  return KvCache::create(shape, model.backend());
+  return KvCache::create(model.cache_shape((window + page_size - 1) / page_size, page_size, bits), model.backend());
 }
 
 }  // namespace

@@ -24,10 +24,8 @@ absl::StatusOr<std::unique_ptr<DraftModel>> DraftModel::load(const std::string& 
   std::unique_ptr<DraftModel> draft(new DraftModel());
   Backend& be = *backend;
   EXL3_ASSIGN_OR_RETURN(draft->model_, LlamaModel::load_shard(model_dir, ModelShard::full(config), std::move(backend)));
-  KvCacheShape shape = draft->model_->cache_shape(num_pages, page_size);
-  shape.k_bits = cache_bits.k;
-  shape.v_bits = cache_bits.v;
-  EXL3_ASSIGN_OR_RETURN(draft->cache_, KvCache::create(shape, be));
+  EXL3_ASSIGN_OR_RETURN(draft->cache_,
+                        KvCache::create(draft->model_->cache_shape(num_pages, page_size, cache_bits), be));
   StepLimits draft_limits = limits;
   draft_limits.step_graphs = false;
   EXL3_RETURN_IF_ERROR(draft->model_->reserve(draft_limits));

@@ -16,10 +16,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::create(std::unique_ptr<LlamaMode
   e->comm_ = comm;
   e->options_ = options;
   Backend& be = e->model_->backend();
-  KvCacheShape shape = e->model_->cache_shape(options.num_pages, options.page_size);
-  shape.k_bits = options.cache_bits.k;
-  shape.v_bits = options.cache_bits.v;
-  EXL3_ASSIGN_OR_RETURN(e->cache_, KvCache::create(shape, be));
+  EXL3_ASSIGN_OR_RETURN(
+      e->cache_, KvCache::create(e->model_->cache_shape(options.num_pages, options.page_size, options.cache_bits), be));
   StepLimits limits;
   limits.max_step_tokens = options.max_step_tokens;
   limits.max_seqs = options.max_seqs;

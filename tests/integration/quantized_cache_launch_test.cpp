@@ -94,9 +94,7 @@ TEST_F(QuantizedCacheLaunch, GreedyGenerationMatchesInProcessQuantizedCache) {
   std::vector<int32_t> seq = prompt;
   int agree = 0;
   for (int i = 0; i < kNew; ++i) {
-    KvCacheShape shape = (*model)->cache_shape(1, 256);
-    shape.k_bits = 4;
-    shape.v_bits = 4;
+    const KvCacheShape shape = (*model)->cache_shape(1, 256, {4, 4});
     KvCache cache(shape, (*model)->backend());
     PageTable table;
     ASSERT_TRUE(cache.reserve(table, static_cast<int64_t>(seq.size())).ok());

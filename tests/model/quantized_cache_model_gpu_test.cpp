@@ -41,9 +41,7 @@ std::unique_ptr<LlamaModel> load_on_cpu(const std::string& dir) {
 Tensor logits_through(const LlamaModel& model, const std::vector<int32_t>& ids, KvCacheBits bits, int64_t chunk,
                       int64_t page_size) {
   const int64_t n = static_cast<int64_t>(ids.size());
-  KvCacheShape shape = model.cache_shape((n + page_size - 1) / page_size, page_size);
-  shape.k_bits = bits.k;
-  shape.v_bits = bits.v;
+  const KvCacheShape shape = model.cache_shape((n + page_size - 1) / page_size, page_size, bits);
   auto cache = KvCache::create(shape, model.backend());
   EXL3_CHECK_OK(cache.status());
   PageTable table;

@@ -46,9 +46,7 @@ struct CachedRun {
 CachedRun run(const std::vector<int32_t>& ids, KvCacheBits bits, int64_t chunk, int64_t page_size) {
   const LlamaModel& model = fixture_model();
   const int64_t n = static_cast<int64_t>(ids.size());
-  KvCacheShape shape = model.cache_shape((n + page_size - 1) / page_size, page_size);
-  shape.k_bits = bits.k;
-  shape.v_bits = bits.v;
+  const KvCacheShape shape = model.cache_shape((n + page_size - 1) / page_size, page_size, bits);
   CachedRun r;
   auto cache = KvCache::create(shape, model.backend());
   EXL3_CHECK_OK(cache.status());

@@ -100,9 +100,7 @@ TEST(KvCachePricing, CpuWorkerAllocatesThePlannedCache) {
       for (const RankPlan& p : *plans) {
         auto model = LlamaModel::load_shard(f.dir, testing::to_shard(p));
         ASSERT_TRUE(model.ok()) << model.status();
-        KvCacheShape shape = (*model)->cache_shape(p.num_pages, p.page_size);
-        shape.k_bits = bits.k;
-        shape.v_bits = bits.v;
+        const KvCacheShape shape = (*model)->cache_shape(p.num_pages, p.page_size, bits);
         Backend& be = (*model)->backend();
         const uint64_t before = be.allocated_bytes();
         auto cache = KvCache::create(shape, be);

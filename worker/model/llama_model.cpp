@@ -183,7 +183,7 @@ absl::Status LlamaModel::load_weights(const SafetensorsCollection& t, const Load
   return absl::OkStatus();
 }
 
-KvCacheShape LlamaModel::cache_shape(int64_t num_pages, int64_t page_size) const {
+KvCacheShape LlamaModel::cache_shape(int64_t num_pages, int64_t page_size, const KvCacheBits& bits) const {
   KvCacheShape shape;
   shape.layer_kv_heads.assign(config_.num_layers, 0);
   for (int64_t l = shard_.first_layer; l < shard_.end_layer; ++l) shape.layer_kv_heads[l] = shard_.local_kv_heads(l);
@@ -191,6 +191,8 @@ KvCacheShape LlamaModel::cache_shape(int64_t num_pages, int64_t page_size) const
   shape.num_pages = num_pages;
   shape.page_size = page_size;
   shape.window = config_.sliding_window;
+  shape.k_bits = bits.k;
+  shape.v_bits = bits.v;
   return shape;
 }
 

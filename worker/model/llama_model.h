@@ -89,9 +89,9 @@ class LlamaModel {
   const DecoderLayer& layer(int64_t i) const { return layers_.at(static_cast<size_t>(i)); }
   const Linear& head() const { return lm_head_; }
 
-  // This shard's KV cache: its KV heads per layer, full-precision widths (callers set k_bits and
-  // v_bits) and the model's sliding window.
-  KvCacheShape cache_shape(int64_t num_pages, int64_t page_size) const;
+  // This shard's KV cache: its KV heads per layer, the widths `bits` (default full precision) and
+  // the model's sliding window.
+  KvCacheShape cache_shape(int64_t num_pages, int64_t page_size, const KvCacheBits& bits = {}) const;
 
   // Allocates the forward workspace and the backend's scratch for steps within `limits` (once;
   // a later call with larger limits reallocates, so call it before serving, never inside a step).
