@@ -150,8 +150,7 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
       const History& h = histories_.at(seqs[i]->seq_id);
       const std::span<const int32_t> all(h.tokens);
       SampleRow& r = batch.rows[rows[i]];
-      r.params = seqs[i]->sampling;
-      if (r.params.dry_multiplier != 0.0f && r.params.dry_breakers.empty()) r.params.dry_breakers = h.dry_breakers;
+      r.params = sequence_sampling(*seqs[i], h);
       r.position = static_cast<int64_t>(all.size());
       if (!seqs[i]->banned_now.empty() &&
           r.position == seqs[i]->start_pos + static_cast<int64_t>(seqs[i]->tokens.size())) {  // the first draw
@@ -160,8 +159,7 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
                        seqs[i]->banned_now.end(), std::back_inserter(bans));
         r.params.banned_ids = std::move(bans);
       }
-      r.prompt_ids = all.first(std::min<size_t>(h.prompt_len, all.size()));
-      r.output_ids = all.subspan(r.prompt_ids.size());
+      set_row_history(r, all, h.prompt_len);
     }
     Tensor host_lp;
     EXL3_ASSIGN_OR_RETURN(const std::vector<int32_t> ids, draw(logits, batch, host_lp));
@@ -187,6 +185,17 @@ absl::StatusOr<std::vector<int32_t>> Engine::sample_rows(const Tensor& logits,
   std::vector<int32_t> out(sampled.size());
   for (size_t i = 0; i < sampled.size(); ++i) out[i] = static_cast<int32_t>(sampled[i]);
   return out;
+}
+
+SamplingParams Engine::sequence_sampling(const StepSequence& s, const History& h) {
+  SamplingParams p = s.sampling;
+  if (p.dry_multiplier != 0.0f && p.dry_breakers.empty()) p.dry_breakers = h.dry_breakers;
+  return p;
+}
+
+void Engine::set_row_history(SampleRow& r, std::span<const int32_t> history, int32_t prompt_len) {
+  r.prompt_ids = history.first(std::min<size_t>(static_cast<size_t>(prompt_len), history.size()));
+  r.output_ids = history.subspan(r.prompt_ids.size());
 }
 
 absl::StatusOr<std::vector<int32_t>> Engine::draw(const Tensor& logits, SampleBatch& batch, Tensor& host_logprobs) {

@@ -133,6 +133,11 @@ class Engine {
   };
   Engine() = default;
   absl::Status validate(const StepInput& input) const;
+  // A sequence's sampling parameters with the DRY sequence breakers the worker kept from its
+  // prefill (`h.dry_breakers`) when the request sent none.
+  static SamplingParams sequence_sampling(const StepSequence& s, const History& h);
+  // Points a sample row at `history`, whose first `prompt_len` ids (at most all) are the prompt.
+  static void set_row_history(SampleRow& r, std::span<const int32_t> history, int32_t prompt_len);
   // What every step does first: each sequence's history updated to its tokens (and the draft's
   // cache knowledge cut to start_pos), the page copies run; returns the sampling sequences in input
   // order, with an empty entry for each in `out`.

@@ -10,16 +10,6 @@
 #include "worker/engine.h"
 
 namespace exl3 {
-namespace {
-
-// The request's parameters with the DRY sequence breakers the worker kept from its prefill.
-SamplingParams row_params(const StepSequence& s, const std::vector<int32_t>& breakers) {
-  SamplingParams p = s.sampling;
-  if (p.dry_multiplier != 0.0f && p.dry_breakers.empty()) p.dry_breakers = breakers;
-  return p;
-}
-
-}  // namespace
 
 absl::Status Engine::share_from_draft_rank(std::vector<float>& values) {
   if (comm_ == nullptr || comm_->world_size() <= 1 || values.empty()) return absl::OkStatus();
@@ -57,7 +47,7 @@ absl::StatusOr<StepOutput> Engine::run_speculative_step(const StepInput& input,
     for (size_t i : spec) {
       const History& h = histories_.at(samplers[i]->seq_id);
       inputs.push_back(DraftInput{samplers[i]->seq_id, h.tokens, h.prompt_len, samplers[i]->page_table,
-                                  row_params(*samplers[i], h.dry_breakers)});
+                                  sequence_sampling(*samplers[i], h)});
     }
     EXL3_ASSIGN_OR_RETURN(proposals, draft_->propose(inputs, n));
     for (size_t k = 0; k < ns; ++k) {
@@ -154,7 +144,7 @@ absl::StatusOr<StepOutput> Engine::run_speculative_step(const StepInput& input,
     for (size_t k = 0; k < ns; ++k) {
       const StepSequence& s = *samplers[spec[k]];
       const History& h = histories_.at(s.seq_id);
-      const SamplingParams params = row_params(s, h.dry_breakers);
+      const SamplingParams params = sequence_sampling(s, h);
       if (params.temperature != 0.0f) continue;
       greedy[k] = true;
       contexts[k] = h.tokens;
@@ -166,8 +156,7 @@ absl::StatusOr<StepOutput> Engine::run_speculative_step(const StepInput& input,
         r.position = static_cast<int64_t>(first) + j;
         const std::span<const int32_t> all =
             std::span<const int32_t>(contexts[k]).first(first + static_cast<size_t>(j));
-        r.prompt_ids = all.first(std::min<size_t>(static_cast<size_t>(h.prompt_len), all.size()));
-        r.output_ids = all.subspan(r.prompt_ids.size());
+        set_row_history(r, all, h.prompt_len);
       }
     }
     std::vector<int32_t> argmax;
@@ -206,7 +195,7 @@ absl::StatusOr<StepOutput> Engine::run_speculative_step(const StepInput& input,
       if (greedy[k]) continue;
       const StepSequence& s = *samplers[spec[k]];
       const History& h = histories_.at(s.seq_id);
-      const SamplingParams params = row_params(s, h.dry_breakers);
+      const SamplingParams params = sequence_sampling(s, h);
       const int64_t first = static_cast<int64_t>(h.tokens.size());
       std::vector<int32_t> context = h.tokens;
       std::vector<std::vector<double>> target(static_cast<size_t>(n) + 1);
