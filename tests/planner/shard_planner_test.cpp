@@ -21,21 +21,17 @@
 #include "common/test_paths.h"
 #include "coordinator/planner/byte_units.h"
 #include "gtest/gtest.h"
+#include "planner/llama_shapes.h"
 
 namespace exl3 {
 namespace {
 
+// A Llama config of these dimensions (llama_shapes.h) named `name`, with the default 8192 positions.
 ModelConfig llama(std::string name, int64_t layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t head_dim,
                   int64_t intermediate, int64_t vocab) {
-  ModelConfig c;
+  ModelConfig c = testing::llama_config(layers, hidden, heads, kv_heads, head_dim, intermediate, vocab,
+                                        ModelConfig{}.max_position_embeddings);
   c.architecture_name = std::move(name);
-  c.num_layers = layers;
-  c.hidden_size = hidden;
-  c.num_heads = heads;
-  c.num_kv_heads = kv_heads;
-  c.head_dim = head_dim;
-  c.intermediate_size = intermediate;
-  c.vocab_size = vocab;
   return c;
 }
 
