@@ -267,16 +267,16 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
 // Shares the plan's blocks per slice out to the problems in proportion to their n-tiles (at least
 // one each) and fills in block_begin / blocks.
 int assign_blocks(GemvArgs& args, const GemvGrid& plan) {
-  int64_t total_tiles = 0;
-  for (int i = 0; i < args.problems; ++i) total_tiles += args.problem[i].n / kTileSize;
+  int64_t n_tiles[kMaxProblems] = {};
+  for (int i = 0; i < args.problems; ++i) n_tiles[i] = args.problem[i].n / kTileSize;
+  int64_t blocks[kMaxProblems] = {};
+  split_blocks(plan.blocks_per_slice, std::span<const int64_t>(n_tiles, static_cast<size_t>(args.problems)),
+               std::span<int64_t>(blocks, static_cast<size_t>(args.problems)));
   int begin = 0;
   for (int i = 0; i < args.problems; ++i) {
-    const int64_t tiles = args.problem[i].n / kTileSize;
-    const int64_t blocks = std::clamp<int64_t>((plan.blocks_per_slice * tiles + total_tiles - 1) / total_tiles, 1,
-                                               (tiles + kWarps - 1) / kWarps);
     args.problem[i].block_begin = begin;
-    args.problem[i].blocks = static_cast<int>(blocks);
-    begin += static_cast<int>(blocks);
+    args.problem[i].blocks = static_cast<int>(blocks[i]);
+    begin += static_cast<int>(blocks[i]);
   }
   return begin;
 }
@@ -314,8 +314,8 @@ void launch_exl3_gemv(const Exl3GemmParams& p, int sm_count, cudaStream_t stream
   check_gemv_shape(p.m, p.k, p.n, p.bits, sm_count);
   EXL3_CHECK(p.a != nullptr && p.trellis != nullptr && p.c != nullptr, "null pointer");
   EXL3_CHECK(reinterpret_cast<uintptr_t>(p.trellis) % 16 == 0, "trellis must be 16-byte aligned");
-  const GemvGrid plan = plan_grid(p.n / kTileSize, p.k / kTileSize, sm_count, resident_blocks(p.m), 65535,
-                                  max_tiles_per_slice(p.bits, m_blocks(p.m), doubled(p.codebook, p.m)));
+  const GemvGrid plan =
+      plan_grid(p.n / kTileSize, p.k / kTileSize, sm_count, gemv_kernel_shape(p.m, p.bits, p.codebook, false), 65535);
   EXL3_CUDA_CHECK(cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.m * p.n) * sizeof(float), stream));
   GemvArgs args{};
   args.x = p.a;
@@ -355,7 +355,8 @@ bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch
   if (p.m < 1 || p.m > kGemvMaxRows || p.k <= 0 || p.n <= 0) return false;
   if (p.int8_activations && (p.codebook != Codebook::kMul1 || p.m > kInt8MaxGroups * kInt8GroupRows)) return false;
   const int64_t k_tiles = p.k / kTileSize;
-  const int max_tiles = slice_tile_limit(p.m, p.bits, p.codebook, p.int8_activations);
+  // One-block stages allow the longest slices, so the fewest of them.
+  const int max_tiles = gemv_kernel_shape(p.m, p.bits, p.codebook, p.int8_activations).max_tiles;
   const int64_t min_slices = (k_tiles + max_tiles - 1) / max_tiles;
   return scratch_floats >= min_slices * p.m * total_columns(ps);
 }
@@ -384,8 +385,8 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
   }
   const int64_t columns = total_columns(ps);
   const int64_t max_slices = std::min<int64_t>(65535, scratch_floats / (p0.m * columns));
-  const GemvGrid plan = plan_grid(columns / kTileSize, p0.k / kTileSize, sm_count, resident_blocks(p0.m, p0.bits, int8),
-                                  max_slices, slice_tile_limit(p0.m, p0.bits, p0.codebook, int8));
+  const GemvGrid plan =
+      plan_linear(columns / kTileSize, p0.k / kTileSize, p0.m, p0.bits, p0.codebook, int8, sm_count, max_slices);
   EXL3_CHECK(plan.slices >= 1 && plan.slices <= max_slices, "scratch (", scratch_floats,
              " floats) cannot hold the partial products of [", p0.m, ", ", columns, "] these linears need");
   GemvArgs args{};
@@ -409,8 +410,8 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
   }
   if (int8) {
     const int blocks = assign_blocks(args, plan);
-    launch_exl3_gemv_int8(args, p0.bits, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices)),
-                          stream);
+    launch_exl3_gemv_int8(args, p0.bits, plan.stage_blocks,
+                          dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices)), stream);
   } else {
     launch<true>(args, p0.bits, p0.codebook, plan, stream);
   }

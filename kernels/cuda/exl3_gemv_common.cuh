@@ -38,9 +38,9 @@ struct GemvArgs {
 };
 
 // The int8 kernel (exl3_gemv_int8.cu): linear variant, MUL1 only, 1 <= m <= kInt8MaxGroups ·
-// kInt8GroupRows; grid (blocks per slice, slices) with the problems' blocks assigned; writes the
-// same partials as the fp16 linear kernel.
-void launch_exl3_gemv_int8(const GemvArgs& args, int bits, dim3 grid, cudaStream_t stream);
+// kInt8GroupRows; stage_blocks 1, or 2 where int8_wide_stages_allowed; grid (blocks per slice,
+// slices) with the problems' blocks assigned; writes the same partials as the fp16 linear kernel.
+void launch_exl3_gemv_int8(const GemvArgs& args, int bits, int stage_blocks, dim3 grid, cudaStream_t stream);
 
 // The problem of this block (selected field by field: no indexing into the parameter array).
 __device__ __forceinline__ GemvProblem block_problem(const GemvArgs& args) {

@@ -16,9 +16,10 @@
 // are ordered as below; the staged B holds the matching q.
 //
 // Each warp streams its n-tiles' trellis words through the cp.async ring of the fp16 kernel
-// (exl3_gemv_common.cuh), one 128-input block (the quantization block) per stage: a stage's
-// integer sums start from zero in its first product and are scaled into fp32 sums at its end; a
-// per-row bias carries the Σ q term. Only the m real rows of q are staged (lanes of rows past m
+// (exl3_gemv_common.cuh), one or two 128-input blocks (the quantization block) per stage (two for
+// m <= 2 at K <= 6: fewer waits, barriers and copy instructions per tile): a block's integer sums
+// start from zero in its first product and are scaled into fp32 sums at its end; a per-row bias
+// carries the Σ q term. Only the m real rows of q are staged (lanes of rows past m
 // read the last row and their sums are dropped), so shared memory, sized per launch, and with it
 // the blocks an SM holds, follow m. The block writes one partial product per k-slice, summed by
 // the output pass (exl3_gemv_output.cu) as for the fp16 kernel.
@@ -171,14 +172,14 @@ __device__ __forceinline__ void mma_16832_u8s8(int (&d)[4], const uint32_t (&a)[
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
 }
 
-template <int kBits>
-using Int8Ring = TrellisRing<kBits, kSliceTiles, int8_ring_slots(kBits)>;
+template <int kBits, int kStageBlocks>
+using Int8Ring = TrellisRing<kBits, kStageBlocks * kSliceTiles, int8_ring_slots(kBits)>;
 
-template <int kBits, int kGroups>
+template <int kBits, int kGroups, int kStageBlocks>
 __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_gemv_int8_kernel(GemvArgs args) {
-  using Ring = Int8Ring<kBits>;
+  using Ring = Int8Ring<kBits, kStageBlocks>;
   constexpr int kWords = Ring::kWords;
-  static_assert(Ring::kRingWords == int8_ring_words(kBits));
+  static_assert(Ring::kRingWords == int8_ring_words(kBits, kStageBlocks));
 
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);
@@ -232,10 +233,12 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[grp][i] = 0.0f;
   }
-  int64_t tn = work.first_tn;
+  // This lane's partial products: rows 2t, 2t + 1 of each group at column g of its current n-tile
+  // (and g + 8), advanced n-tile by n-tile.
+  float* out = pr.c + (static_cast<int64_t>(blockIdx.y) * args.m + 2 * t) * pr.n + work.first_tn * kTileSize + g;
   const int kZero[4] = {0, 0, 0, 0};
 
-  const auto consume = [&](int slot_words, int block) {
+  const auto consume_block = [&](int slot_words, int block) {
     int sums[kGroups][4];  // this block's integer sums
 #pragma unroll
     for (int i = 0; i < kSliceTiles; ++i) {
@@ -272,66 +275,85 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
       acc[grp][3] = fmaf(s.y, static_cast<float>(sums[grp][3]), acc[grp][3]);
     }
   };
+  const auto consume = [&](int slot_words, int stage_in_tn) {
+#pragma unroll
+    for (int b = 0; b < kStageBlocks; ++b) {
+      consume_block(slot_words + b * kSliceTiles * kWords, stage_in_tn * kStageBlocks + b);
+    }
+  };
   const auto end_tn = [&]() {
-    const int64_t col = tn * kTileSize + g;
 #pragma unroll
     for (int grp = 0; grp < kGroups; ++grp) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int row = grp * kInt8GroupRows + 2 * t + r;
         if (row >= args.m) continue;
-        float* out = pr.c + (static_cast<int64_t>(blockIdx.y) * args.m + row) * pr.n + col;
-        out[0] = acc[grp][r] + sm.row_bias[row];
-        out[8] = acc[grp][2 + r] + sm.row_bias[row];
+        float* row_out = out + (grp * kInt8GroupRows + r) * pr.n;
+        const float bias = sm.row_bias[row];
+        row_out[0] = acc[grp][r] + bias;
+        row_out[8] = acc[grp][2 + r] + bias;
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) acc[grp][i] = 0.0f;
     }
-    tn += work.slice_warps;
+    out += work.slice_warps * kTileSize;
   };
   stream_stages(stream, num_stages, consume, end_tn);
 }
 
 // The kernel for m rows at K = kBits, with the most dynamic shared memory any launch of it takes
 // allowed (above 48 KiB it must be opted into, once per device).
-template <int kBits, int kGroups>
+template <int kBits, int kGroups, int kStageBlocks>
 void launch_groups(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
   static std::atomic<uint64_t> devices_allowed{0};
-  allow_shared_bytes(exl3_gemv_int8_kernel<kBits, kGroups>,
-                     static_cast<size_t>(kInt8SmemWords - kWarps * int8_ring_words(kBits)) * 4, devices_allowed);
-  launch_dependent_smem(exl3_gemv_int8_kernel<kBits, kGroups>, grid, kThreads, smem_bytes, stream, args);
+  allow_shared_bytes(exl3_gemv_int8_kernel<kBits, kGroups, kStageBlocks>,
+                     static_cast<size_t>(kInt8SmemWords - kWarps * int8_ring_words(kBits, kStageBlocks)) * 4,
+                     devices_allowed);
+  launch_dependent_smem(exl3_gemv_int8_kernel<kBits, kGroups, kStageBlocks>, grid, kThreads, smem_bytes, stream, args);
 }
 
+// Two-block stages exist for one group of rows at K <= 6 (int8_wide_stages_allowed).
 template <int kBits>
-void launch_bits(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
+void launch_bits(const GemvArgs& args, int stage_blocks, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
+  if constexpr (kBits <= 6) {
+    if (stage_blocks == 2) {
+      launch_groups<kBits, 1, 2>(args, grid, smem_bytes, stream);
+      return;
+    }
+  }
   switch (int8_groups_of(args.m)) {
-    case 1: launch_groups<kBits, 1>(args, grid, smem_bytes, stream); break;
-    case 2: launch_groups<kBits, 2>(args, grid, smem_bytes, stream); break;
-    case 3: launch_groups<kBits, 3>(args, grid, smem_bytes, stream); break;
-    default: launch_groups<kBits, 4>(args, grid, smem_bytes, stream); break;
+    case 1: launch_groups<kBits, 1, 1>(args, grid, smem_bytes, stream); break;
+    case 2: launch_groups<kBits, 2, 1>(args, grid, smem_bytes, stream); break;
+    case 3: launch_groups<kBits, 3, 1>(args, grid, smem_bytes, stream); break;
+    default: launch_groups<kBits, 4, 1>(args, grid, smem_bytes, stream); break;
   }
 }
 
 }  // namespace
 
-void launch_exl3_gemv_int8(const GemvArgs& args, int bits, dim3 grid, cudaStream_t stream) {
+void launch_exl3_gemv_int8(const GemvArgs& args, int bits, int stage_blocks, dim3 grid, cudaStream_t stream) {
   EXL3_CHECK(args.m >= 1 && args.m <= kInt8MaxGroups * kInt8GroupRows, "int8 GEMV: m must be in 1..",
              kInt8MaxGroups * kInt8GroupRows, ", got ", args.m);
   EXL3_CHECK(bits >= 1 && bits <= 8, "int8 GEMV: bits must be in 1..8, got ", bits);
-  EXL3_CHECK(args.tiles_per_slice % kSliceTiles == 0 && args.tiles_per_slice <= max_tiles_per_slice_int8(bits, args.m),
+  const int sb = stage_blocks;
+  EXL3_CHECK(sb == 1 || (sb == 2 && int8_wide_stages_allowed(bits, args.m, args.k / kTileSize)), "int8 GEMV: ", sb,
+             "-block stages for ", args.m, " rows at K=", bits, ", k=", args.k);
+  EXL3_CHECK(args.tiles_per_slice % (sb * kSliceTiles) == 0 &&
+                 args.tiles_per_slice <= max_tiles_per_slice_int8(bits, args.m, sb),
              "int8 GEMV: ", args.tiles_per_slice, " tiles per slice");
   // The dynamic part: all but the rings.
   const size_t smem_bytes =
-      static_cast<size_t>(int8_smem_words(bits, args.m, args.tiles_per_slice) - kWarps * int8_ring_words(bits)) * 4;
+      static_cast<size_t>(int8_smem_words(bits, args.m, args.tiles_per_slice, sb) - kWarps * int8_ring_words(bits, sb)) *
+      4;
   switch (bits) {
-    case 1: launch_bits<1>(args, grid, smem_bytes, stream); break;
-    case 2: launch_bits<2>(args, grid, smem_bytes, stream); break;
-    case 3: launch_bits<3>(args, grid, smem_bytes, stream); break;
-    case 4: launch_bits<4>(args, grid, smem_bytes, stream); break;
-    case 5: launch_bits<5>(args, grid, smem_bytes, stream); break;
-    case 6: launch_bits<6>(args, grid, smem_bytes, stream); break;
-    case 7: launch_bits<7>(args, grid, smem_bytes, stream); break;
-    case 8: launch_bits<8>(args, grid, smem_bytes, stream); break;
+    case 1: launch_bits<1>(args, sb, grid, smem_bytes, stream); break;
+    case 2: launch_bits<2>(args, sb, grid, smem_bytes, stream); break;
+    case 3: launch_bits<3>(args, sb, grid, smem_bytes, stream); break;
+    case 4: launch_bits<4>(args, sb, grid, smem_bytes, stream); break;
+    case 5: launch_bits<5>(args, sb, grid, smem_bytes, stream); break;
+    case 6: launch_bits<6>(args, sb, grid, smem_bytes, stream); break;
+    case 7: launch_bits<7>(args, sb, grid, smem_bytes, stream); break;
+    case 8: launch_bits<8>(args, sb, grid, smem_bytes, stream); break;
     default: break;
   }
   EXL3_CUDA_CHECK_LAUNCH();

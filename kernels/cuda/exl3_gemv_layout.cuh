@@ -45,10 +45,10 @@ __host__ __device__ constexpr int max_tiles_per_slice(int bits, int m_blocks, bo
 static_assert(max_tiles_per_slice(8, 4, false) >= kSliceTiles && max_tiles_per_slice(8, 1, true) >= kSliceTiles);
 
 // The int8 kernel (exl3_gemv_int8.cu) takes rows in groups of 8 (the n of its m16n8k32 products)
-// and streams the trellis in stages of one 128-input block (kSliceTiles tiles). Its shared memory
-// is sized per launch (dynamic): the rings, the staged q (per row 16 words a tile and 16 of
-// padding, which spreads the rows over the banks), and per (group, block, row) a scale and a
-// scaled Σ q, and per row a bias.
+// and streams the trellis in stages of one or two 128-input blocks (the quantization block,
+// kSliceTiles tiles each). Its shared memory is sized per launch (dynamic): the rings, the staged q
+// (per row 16 words a tile and 16 of padding, which spreads the rows over the banks), and per
+// (group, block, row) a scale and a scaled Σ q, and per row a bias.
 constexpr int kInt8GroupRows = 8;
 constexpr int kInt8MaxGroups = 4;
 constexpr int kMaxSliceBlocks = kMaxTilesPerSlice / kSliceTiles;
@@ -56,28 +56,40 @@ constexpr int kMaxSliceBlocks = kMaxTilesPerSlice / kSliceTiles;
 // with their 1 KiB reserve: measured, a slice long enough to cost a block of residency is slower
 // than more, shorter slices (opted in above 48 KiB).
 constexpr int kInt8SmemWords = 55 * 256;
+constexpr int kStaticSmemWords = 48 * 256;  // a kernel's static shared memory (the rings) at most
+// Two-block stages halve the per-stage work (the wait, the barrier, the next stage's copies) where
+// the staged q is small: at most this many rows, and K <= 6 (wider rings would pass 48 KiB).
+constexpr int kInt8WideStageRows = 2;
 
 __host__ __device__ constexpr int int8_groups_of(int m) { return (m + kInt8GroupRows - 1) / kInt8GroupRows; }
 __host__ __device__ constexpr int int8_ring_slots(int bits) { return bits <= 4 ? 3 : 2; }
-__host__ __device__ constexpr int int8_ring_words(int bits) {  // per warp
-  return int8_ring_slots(bits) * kSliceTiles * tile_words(bits);
+// Whether m rows of a k of k_tiles tiles may take two-block stages: every slice must then be a
+// whole number of them (k_tiles a multiple of 16). The planner decides whether they do.
+__host__ __device__ constexpr bool int8_wide_stages_allowed(int bits, int m, long long k_tiles) {
+  return m <= kInt8WideStageRows && bits <= 6 && k_tiles % (2 * kSliceTiles) == 0;
+}
+__host__ __device__ constexpr int int8_ring_words(int bits, int stage_blocks) {  // per warp
+  return int8_ring_slots(bits) * stage_blocks * kSliceTiles * tile_words(bits);
 }
 __host__ __device__ constexpr int int8_row_words(int tiles) { return 16 * tiles + 16; }
 __host__ __device__ constexpr int int8_side_words(int groups) {
   return 2 * groups * kMaxSliceBlocks * kInt8GroupRows + groups * kInt8GroupRows;
 }
-__host__ __device__ constexpr int int8_smem_words(int bits, int m, int tiles) {
-  return kWarps * int8_ring_words(bits) + m * int8_row_words(tiles) + int8_side_words(int8_groups_of(m));
+__host__ __device__ constexpr int int8_smem_words(int bits, int m, int tiles, int stage_blocks) {
+  return kWarps * int8_ring_words(bits, stage_blocks) + m * int8_row_words(tiles) + int8_side_words(int8_groups_of(m));
 }
 
-// The largest k-slice (whole 128-input blocks, at most kMaxTilesPerSlice tiles) whose shared
-// memory fits kInt8SmemWords.
-__host__ __device__ constexpr int max_tiles_per_slice_int8(int bits, int m) {
+// The largest k-slice (whole stages, at most kMaxTilesPerSlice tiles) whose shared memory fits
+// kInt8SmemWords.
+__host__ __device__ constexpr int max_tiles_per_slice_int8(int bits, int m, int stage_blocks) {
+  const int step = stage_blocks * kSliceTiles;
   int tiles = kMaxTilesPerSlice;
-  while (tiles > kSliceTiles && int8_smem_words(bits, m, tiles) > kInt8SmemWords) tiles -= kSliceTiles;
+  while (tiles > step && int8_smem_words(bits, m, tiles, stage_blocks) > kInt8SmemWords) tiles -= step;
   return tiles;
 }
-static_assert(int8_smem_words(8, kInt8MaxGroups * kInt8GroupRows, kSliceTiles) <= kInt8SmemWords);
+static_assert(int8_smem_words(8, kInt8MaxGroups * kInt8GroupRows, kSliceTiles, 1) <= kInt8SmemWords);
+static_assert(kWarps * int8_ring_words(6, 2) <= kStaticSmemWords && kWarps * int8_ring_words(8, 1) <= kStaticSmemWords);
+static_assert(int8_smem_words(6, kInt8WideStageRows, 2 * kSliceTiles, 2) <= kInt8SmemWords);
 
 // Blocks per SM the int8 kernel's registers allow (its launch bounds): 4 for one group of rows.
 __host__ __device__ constexpr int int8_blocks_per_sm(int groups) { return groups == 1 ? 4 : groups == 2 ? 3 : 2; }

@@ -1,39 +1,66 @@
-// The launch plan of the few-rows EXL3 matmul (exl3_gemv.cu): how many k-slices and blocks a
-// shape gets on this GPU. Host code only.
+// The launch plan of the few-rows EXL3 matmul (exl3_gemv.cu, exl3_gemv_int8.cu): how many k-slices
+// and blocks a shape gets on this GPU, and for the int8 kernel its stage size. Host code only.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "kernels/ops.h"
 
 namespace exl3::gemv {
 
-// m-blocks of 16 rows the kernel instance for m runs, whether 3INST/MCG take the doubled k, and
-// the kernel's resident blocks per SM.
+// m-blocks of 16 rows the fp16 kernel instance for m runs, whether 3INST/MCG take the doubled k,
+// and that kernel's resident blocks per SM.
 int m_blocks(int64_t m);
 bool doubled(Codebook codebook, int64_t m);
 int resident_blocks(int64_t m);
 
-// The kernel a linear of m rows runs (int8: exl3_gemv_int8.cu, else exl3_gemv.cu): the most
-// k-tiles a slice may hold and its resident blocks per SM.
-int slice_tile_limit(int64_t m, int bits, Codebook codebook, bool int8);
-int resident_blocks(int64_t m, int bits, bool int8);
+// What the planner knows of one kernel instance: the blocks an SM holds at once and how many of
+// them already keep its issue slots busy; the most k-tiles a slice may hold and the multiple of
+// tiles every slice must be (its stage); the time of a tile relative to one-block stages.
+struct GemvKernelShape {
+  int blocks_per_sm = 1;
+  double saturating_blocks = 1.0;
+  int max_tiles = 0;
+  int granule_tiles = 0;
+  double tile_cost = 1.0;
+};
 
-// The launch shape: k-slices of tiles_per_slice tiles (whole kSliceTiles groups, at most
-// max_tiles, at most max_slices slices) and blocks per slice, whose warps share the slice's
-// n-tiles. A block's work is its warps' rounds of n-tiles times the slice length plus a fixed setup
-// (staging A, filling the pipeline) worth about kSetupGroups groups of tiles. An SM holds
-// blocks_per_sm blocks at once (more take further waves) and runs up to kSaturatingBlocks of them
-// at full speed each; beyond that they share its issue rate, so a wave takes a block's work times
-// max(1, its blocks / kSaturatingBlocks). The output pass adds kSliceGroups a slice. The plan
-// minimises the busiest SM's time (whole multiples of the SM count, no nearly idle last wave).
+// The launch shape: k-slices of tiles_per_slice tiles (whole granules, at most max_tiles, at most
+// max_slices slices) and blocks per slice, whose warps share the slice's n-tiles; the model's time
+// (in groups of kSliceTiles tiles) and, for the int8 kernel, quantization blocks per stage. A
+// block's work is its warps' rounds of n-tiles times the slice length times tile_cost, plus a
+// fixed setup (staging A, filling the pipeline: kSetupGroups groups and the granule's groups past
+// the first). An SM holds blocks_per_sm blocks at once (more take further waves) and runs up to
+// saturating_blocks of them at full speed each; beyond that they share its issue rate, so a wave
+// takes a block's work times max(1, its blocks / saturating_blocks). The output pass adds
+// kSliceGroups a slice. The plan minimises the busiest SM's time (whole multiples of the SM count,
+// no nearly idle last wave). slices == 0: no plan fits max_slices.
 struct GemvGrid {
   int64_t tiles_per_slice = 0;
   int64_t slices = 0;
   int64_t blocks_per_slice = 0;
+  double time = 0.0;
+  int stage_blocks = 1;
 };
 
-GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, int blocks_per_sm, int64_t max_slices,
-                   int max_tiles);
+GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, const GemvKernelShape& kernel, int64_t max_slices);
+
+// The kernel a linear of m rows runs with one-block stages (int8:
+// exl3_gemv_int8.cu, else exl3_gemv.cu), and the int8 kernel with two-block stages.
+GemvKernelShape gemv_kernel_shape(int64_t m, int bits, Codebook codebook, bool int8);
+GemvKernelShape int8_wide_kernel_shape(int64_t m, int bits);
+
+// The few-rows linear's plan: for the int8 kernel where two-block stages are allowed, the faster
+// of the two stage sizes by the model.
+GemvGrid plan_linear(int64_t n_tiles, int64_t k_tiles, int64_t m, int bits, Codebook codebook, bool int8, int sm_count,
+                     int64_t max_slices);
+
+// A grouped launch's blocks per slice shared by its problems (n_tiles each): in proportion to the
+// n-tiles, rounded down (at least one each), then the rest of the plan's blocks one at a time to
+// the problem with the most n-tiles per block (none to a problem whose blocks already have a warp
+// per n-tile). Rounding each share up would pass the plan's count, and one block past a full wave
+// of resident blocks costs a second wave.
+void split_blocks(int64_t blocks_per_slice, std::span<const int64_t> n_tiles, std::span<int64_t> blocks);
 
 }  // namespace exl3::gemv

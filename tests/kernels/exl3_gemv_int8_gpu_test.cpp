@@ -181,7 +181,7 @@ void check_case(const Case& c, uint32_t seed) {
 TEST_F(Exl3GemvInt8GpuTest, LinearMatchesReferenceForEveryBitsAndRowCount) {
   uint32_t seed = 100;
   for (int bits = 1; bits <= 8; ++bits) {
-    for (const int64_t m : {1, 5, 8, 9, 32}) {
+    for (const int64_t m : {1, 2, 5, 8, 9, 32}) {
       check_case({512, 384, 512, 384, m, bits, false}, seed++);
     }
   }
@@ -193,6 +193,11 @@ TEST_F(Exl3GemvInt8GpuTest, LinearMatchesReferenceOnLargeAndPaddedShapes) {
   check_case({1024, 640, 1000, 600, 3, 4, true}, 9);
   check_case({1152, 256, 1100, 256, 24, 6, true}, 10);
   check_case({14336, 512, 14336, 512, 1, 4, false}, 11);
+  // One and two rows stream two quantization blocks per stage where k is a multiple of 256 inputs,
+  // one block per stage where it is not (72 k-tiles here).
+  check_case({1152, 256, 1100, 256, 1, 4, true}, 12);
+  check_case({1152, 256, 1152, 256, 2, 6, false}, 13);
+  check_case({2048, 512, 2048, 512, 2, 6, false}, 14);
 }
 
 // Three linears of one x in one launch (blocks shared out between the problems) give each linear's
