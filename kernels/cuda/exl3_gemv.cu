@@ -315,7 +315,7 @@ void launch_exl3_gemv(const Exl3GemmParams& p, int sm_count, cudaStream_t stream
   EXL3_CHECK(p.a != nullptr && p.trellis != nullptr && p.c != nullptr, "null pointer");
   EXL3_CHECK(reinterpret_cast<uintptr_t>(p.trellis) % 16 == 0, "trellis must be 16-byte aligned");
   const GemvGrid plan =
-      plan_grid(p.n / kTileSize, p.k / kTileSize, sm_count, gemv_kernel_shape(p.m, p.bits, p.codebook, false), 65535);
+      plan_grid(p.n / kTileSize, p.k / kTileSize, sm_count, bare_kernel_shape(p.m, p.bits, p.codebook), 65535);
   EXL3_CUDA_CHECK(cudaMemsetAsync(p.c, 0, static_cast<size_t>(p.m * p.n) * sizeof(float), stream));
   GemvArgs args{};
   args.x = p.a;

@@ -11,9 +11,12 @@ namespace {
 
 constexpr double kSetupGroups = 1.5;
 constexpr double kSliceGroups = 0.05;
-// Resident blocks that keep an SM's issue slots busy: 3 (24 warps) for the fp16 kernel; the int8
-// kernel still gains from its fourth (measured: 4096x28672 at 1 row 3.29 -> 4.16 G weights/ms).
-constexpr double kSaturatingBlocks = 3.0;
+// Both kernels are issue-bound and still gain from their fourth resident block (measured on the
+// H200: int8, 4096x28672 at 1 row, 3.29 -> 4.16 G weights/ms; fp16, the 8B model's decode at
+// batch 4 and 16, +6% and +9.5%), so a linear's plan counts every resident block as running at
+// full speed. The bare matmul's slices add into C with atomics, which contend more the more of
+// them run at once: it keeps counting 3 (4096x28672 at 16 rows: 49.0 us with 3, 61.3 with 4).
+constexpr double kBareSaturatingBlocks = 3.0;
 // Two-block stages spend about 7% fewer instructions a tile (measured: 8192x28672, K=4, 1 row,
 // the same grid: 52.3 -> 48.7 us).
 constexpr double kWideStageTileCost = 0.93;
@@ -50,13 +53,19 @@ GemvKernelShape gemv_kernel_shape(int64_t m, int bits, Codebook codebook, bool i
   if (int8) return int8_shape(static_cast<int>(m), bits, 1);
   GemvKernelShape s;
   s.blocks_per_sm = resident_blocks(m);
-  s.saturating_blocks = std::min<double>(kSaturatingBlocks, s.blocks_per_sm);
+  s.saturating_blocks = s.blocks_per_sm;
   s.max_tiles = max_tiles_per_slice(bits, m_blocks(m), doubled(codebook, m));
   s.granule_tiles = kSliceTiles;
   return s;
 }
 
 GemvKernelShape int8_wide_kernel_shape(int64_t m, int bits) { return int8_shape(static_cast<int>(m), bits, 2); }
+
+GemvKernelShape bare_kernel_shape(int64_t m, int bits, Codebook codebook) {
+  GemvKernelShape s = gemv_kernel_shape(m, bits, codebook, false);
+  s.saturating_blocks = std::min<double>(kBareSaturatingBlocks, s.blocks_per_sm);
+  return s;
+}
 
 GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, const GemvKernelShape& kernel, int64_t max_slices) {
   const int64_t groups = k_tiles / kSliceTiles;

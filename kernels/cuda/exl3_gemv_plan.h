@@ -50,6 +50,8 @@ GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, const GemvKer
 // exl3_gemv_int8.cu, else exl3_gemv.cu), and the int8 kernel with two-block stages.
 GemvKernelShape gemv_kernel_shape(int64_t m, int bits, Codebook codebook, bool int8);
 GemvKernelShape int8_wide_kernel_shape(int64_t m, int bits);
+// The bare fp16 matmul (launch_exl3_gemv: slices add into C with atomics).
+GemvKernelShape bare_kernel_shape(int64_t m, int bits, Codebook codebook);
 
 // The few-rows linear's plan: for the int8 kernel where two-block stages are allowed, the faster
 // of the two stage sizes by the model.

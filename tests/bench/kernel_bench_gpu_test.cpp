@@ -9,6 +9,7 @@
 
 #include "bench/bench_cli.h"
 #include "common/cuda_test_util.h"
+#include "common/test_paths.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
@@ -17,7 +18,7 @@ namespace {
 
 using testing::run_bench;
 
-const std::string kModel = std::string(EXL3_SOURCE_DIR) + "/models/exl3-4.0bpw";
+const std::string kModel = testing::source_path("models/exl3-4.0bpw");
 
 nlohmann::json read_json(const std::string& path) {
   std::ifstream in(path);
@@ -31,7 +32,7 @@ class KernelBenchGpuTest : public testing::CudaTest {};
 TEST_F(KernelBenchGpuTest, KernelsGraphTimingBeatsHostTiming) {
   std::map<std::string, nlohmann::json> reports;
   for (const char* timing : {"graph", "host"}) {
-    const std::string json_path = std::string(EXL3_TEST_WORK_DIR) + "/kernel_bench_gpu_test_" + timing + ".json";
+    const std::string json_path = testing::work_path(std::string("kernel_bench_gpu_test_") + timing + ".json");
     std::string err;
     ASSERT_EQ(run_bench({"kernels", "--model", kModel, "--backend", "cuda", "--rows", "1,16", "--iters", "50",
                          "--timing", timing, "--json", json_path},

@@ -66,6 +66,17 @@ TEST(Exl3GemvPlan, TwoBlockStagesOnlyWhereAllowed) {
   EXPECT_EQ(plan_linear(4096 / 16, 1152 / 16, 1, 4, Codebook::kMul1, true, kH200Sms, 65535).stage_blocks, 1);
 }
 
+TEST(Exl3GemvPlan, LinearsCountEveryResidentBlockTheBareMatmulThree) {
+  for (const bool int8 : {false, true}) {
+    const GemvKernelShape s = gemv_kernel_shape(1, 4, Codebook::kMul1, int8);
+    EXPECT_EQ(s.blocks_per_sm, 4);
+    EXPECT_EQ(s.saturating_blocks, 4.0);
+  }
+  EXPECT_EQ(bare_kernel_shape(1, 4, Codebook::kMul1).saturating_blocks, 3.0);
+  EXPECT_EQ(int8_wide_kernel_shape(1, 4).granule_tiles, 16);
+  EXPECT_LT(int8_wide_kernel_shape(1, 4).tile_cost, 1.0);
+}
+
 TEST(Exl3GemvPlan, RespectsTheSliceLimitOfTheScratch) {
   // Scratch for at most 2 slices of partial products: the plan takes the longest slices it may.
   const GemvGrid g = plan_linear(4096 / 16, 4096 / 16, 1, 4, Codebook::kMul1, true, kH200Sms, 4);
