@@ -234,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
     for (int i = 0; i < 4; ++i) acc[grp][i] = 0.0f;
   }
   // This lane's partial products: rows 2t, 2t + 1 of each group at column g of its current n-tile
-  // (and g + 8), advanced n-tile by n-tile.
+  // (and g + 8), advanced n-tile by n-tile (rows past m are never stored).
   float* out = pr.c + (static_cast<int64_t>(blockIdx.y) * args.m + 2 * t) * pr.n + work.first_tn * kTileSize + g;
   const int kZero[4] = {0, 0, 0, 0};
 
