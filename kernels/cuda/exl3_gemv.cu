@@ -19,6 +19,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +29,7 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
+#include "kernels/cuda/dynamic_shared_memory.cuh"
 #include "kernels/cuda/exl3_gemv_common.cuh"
 #include "kernels/cuda/exl3_gemv_layout.cuh"
 #include "kernels/cuda/exl3_gemv_plan.h"
@@ -152,8 +154,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
   constexpr bool kMul1 = kCodebook == Codebook::kMul1;
   constexpr int kTileFrags = staged_words_per_tile(kDoubled) / 4;  // uint4 per staged tile
   __shared__ __align__(16) uint32_t ring[kWarps][ring_words(kBits)];
-  __shared__ __align__(16) uint32_t staged[kMBlocks * max_tiles_per_slice(kBits, kMBlocks, kDoubled) * kFragmentWords *
-                                           (kDoubled ? 2 : 1)];
+  extern __shared__ __align__(16) uint32_t staged[];  // staged_bytes(kMBlocks, tiles_per_slice, kDoubled)
   __shared__ float row_sums[kMul1 ? 16 * kMBlocks : 1];
 
   Ring stream(pr, work, ring[warp], lane);
@@ -281,16 +282,29 @@ int assign_blocks(GemvArgs& args, const GemvGrid& plan) {
   return begin;
 }
 
+// One instance with its staged A (dynamic shared memory) sized for the launch's slices; the most
+// any launch of it takes is allowed once per device.
+template <int kBits, Codebook kCodebook, int kMBlocks, bool kLinear>
+void launch_instance(const GemvArgs& args, dim3 grid, cudaStream_t stream) {
+  constexpr bool kDoubled = doubled_k<kCodebook, kMBlocks>();
+  static std::atomic<uint64_t> devices_allowed{0};
+  allow_shared_bytes(exl3_gemv_kernel<kBits, kCodebook, kMBlocks, kLinear>,
+                     static_cast<size_t>(staged_bytes(kMBlocks, max_tiles_per_slice(kBits, kMBlocks, kDoubled), kDoubled)),
+                     devices_allowed);
+  launch_dependent_smem(exl3_gemv_kernel<kBits, kCodebook, kMBlocks, kLinear>, grid, kThreads,
+                        static_cast<size_t>(staged_bytes(kMBlocks, args.tiles_per_slice, kDoubled)), stream, args);
+}
+
 template <bool kLinear>
 void launch(GemvArgs args, int bits, Codebook codebook, const GemvGrid& plan, cudaStream_t stream) {
   const int blocks = assign_blocks(args, plan);
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices));
   const bool known = trellis::dispatch_format(bits, codebook, [&]<int kBits, Codebook kCodebook>() {
     switch (m_blocks(args.m)) {
-      case 1: launch_dependent(exl3_gemv_kernel<kBits, kCodebook, 1, kLinear>, grid, kThreads, stream, args); break;
-      case 2: launch_dependent(exl3_gemv_kernel<kBits, kCodebook, 2, kLinear>, grid, kThreads, stream, args); break;
-      case 3: launch_dependent(exl3_gemv_kernel<kBits, kCodebook, 3, kLinear>, grid, kThreads, stream, args); break;
-      default: launch_dependent(exl3_gemv_kernel<kBits, kCodebook, 4, kLinear>, grid, kThreads, stream, args); break;
+      case 1: launch_instance<kBits, kCodebook, 1, kLinear>(args, grid, stream); break;
+      case 2: launch_instance<kBits, kCodebook, 2, kLinear>(args, grid, stream); break;
+      case 3: launch_instance<kBits, kCodebook, 3, kLinear>(args, grid, stream); break;
+      default: launch_instance<kBits, kCodebook, 4, kLinear>(args, grid, stream); break;
     }
   });
   EXL3_CHECK(known, "unknown codebook ", static_cast<int>(codebook));

@@ -35,14 +35,34 @@ __host__ __device__ constexpr int ring_words(int bits) {  // per warp: at most 2
   return ring_stages(bits) * kStageTiles * tile_words(bits);
 }
 
+// Blocks per SM the registers must allow: 4 (64 registers) for one m-block, fewer where the
+// accumulators of more m-blocks need the room.
+__host__ __device__ constexpr int blocks_per_sm(int m_blocks) { return m_blocks == 1 ? 4 : m_blocks == 2 ? 3 : 2; }
+
+// A block's shared memory for its rings and staged A: 48 KiB for one or two m-blocks; with three or
+// four, what their 2 resident blocks leave of an SM's 227 KiB (1 KiB of it reserved per block), so
+// that 33-64 rows take slices as long as fewer rows do instead of ever shorter ones (each slice
+// writes m x n partial products). Measured on the H200, 8B decode with int8 off: batch 64 4,774 ->
+// 5,535 tokens/s; the same for two m-blocks made batch 32 slower (4,418 -> 4,025: fewer, longer
+// slices left SMs short of blocks), so they keep 48 KiB. Staged A is dynamic shared memory, opted
+// into above 48 KiB.
+__host__ __device__ constexpr int staged_budget_words(int m_blocks) {
+  return m_blocks <= 2 ? kStagedWords : (227 * 1024 / blocks_per_sm(m_blocks) - 1024) / 4;
+}
+
 // The largest k-slice whose staged A fits beside the block's rings.
 __host__ __device__ constexpr int max_tiles_per_slice(int bits, int m_blocks, bool doubled) {
-  const int fit = (kStagedWords - kRowSumWords - kWarps * ring_words(bits)) /
+  const int fit = (staged_budget_words(m_blocks) - kRowSumWords - kWarps * ring_words(bits)) /
                   (m_blocks * staged_words_per_tile(doubled)) /
                   kSliceTiles * kSliceTiles;
   return fit < kMaxTilesPerSlice ? fit : kMaxTilesPerSlice;
 }
 static_assert(max_tiles_per_slice(8, 4, false) >= kSliceTiles && max_tiles_per_slice(8, 1, true) >= kSliceTiles);
+
+// The staged A's bytes (dynamic shared memory) of a block of m_blocks m-blocks and `tiles` tiles.
+__host__ __device__ constexpr int staged_bytes(int m_blocks, int tiles, bool doubled) {
+  return m_blocks * tiles * staged_words_per_tile(doubled) * 4;
+}
 
 // The int8 kernel (exl3_gemv_int8.cu) takes rows in groups of 8 (the n of its m16n8k32 products)
 // and streams the trellis in stages of one or two 128-input blocks (the quantization block,
@@ -94,8 +114,5 @@ static_assert(int8_smem_words(6, kInt8WideStageRows, 2 * kSliceTiles, 2) <= kInt
 // Blocks per SM the int8 kernel's registers allow (its launch bounds): 4 for one group of rows.
 __host__ __device__ constexpr int int8_blocks_per_sm(int groups) { return groups == 1 ? 4 : groups == 2 ? 3 : 2; }
 
-// Blocks per SM the registers must allow: 4 (64 registers) for one m-block, fewer where the
-// accumulators of more m-blocks need the room. Shared memory (rings and staged A, 48 KiB) allows 4.
-__host__ __device__ constexpr int blocks_per_sm(int m_blocks) { return m_blocks == 1 ? 4 : m_blocks == 2 ? 3 : 2; }
 
 }  // namespace exl3::gemv

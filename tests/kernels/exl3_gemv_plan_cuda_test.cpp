@@ -1,7 +1,7 @@
 // Tests of the few-rows EXL3 matmul's launch planner (kernels/cuda/exl3_gemv_plan.h), host code that
 // needs no GPU: every plan covers k in whole stages within the kernel's limits, the int8 kernel's
-// two-block stages are taken only where allowed, and a grouped launch never gets more blocks than
-// its plan.
+// two-block stages are taken only where allowed, 33-64 rows stage longer slices, and a grouped
+// launch never gets more blocks than its plan.
 #include "kernels/cuda/exl3_gemv_plan.h"
 
 #include <gtest/gtest.h>
@@ -75,6 +75,16 @@ TEST(Exl3GemvPlan, LinearsCountEveryResidentBlockTheBareMatmulThree) {
   EXPECT_EQ(bare_kernel_shape(1, 4, Codebook::kMul1).saturating_blocks, 3.0);
   EXPECT_EQ(int8_wide_kernel_shape(1, 4).granule_tiles, 16);
   EXPECT_LT(int8_wide_kernel_shape(1, 4).tile_cost, 1.0);
+}
+
+TEST(Exl3GemvPlan, ThreeOrFourMBlocksStageLongerSlicesInTheSharedMemoryTheirBlocksLeave) {
+  // One or two m-blocks: rings and staged A in 48 KiB (K=4: 56 and 24 tiles a slice at most).
+  EXPECT_EQ(gemv_kernel_shape(16, 4, Codebook::kMul1, false).max_tiles, 56);
+  EXPECT_EQ(gemv_kernel_shape(32, 4, Codebook::kMul1, false).max_tiles, 24);
+  // Four m-blocks (64 rows), 2 resident blocks: 48 tiles instead of the 8 that 48 KiB would hold.
+  EXPECT_EQ(gemv_kernel_shape(64, 4, Codebook::kMul1, false).blocks_per_sm, 2);
+  EXPECT_EQ(gemv_kernel_shape(64, 4, Codebook::kMul1, false).max_tiles, 48);
+  EXPECT_GE(gemv_kernel_shape(48, 8, Codebook::kMul1, false).max_tiles, 32);
 }
 
 TEST(Exl3GemvPlan, RespectsTheSliceLimitOfTheScratch) {
