@@ -1,6 +1,6 @@
 // The few-rows EXL3 matmul's layout, shared by the kernel (exl3_gemv.cu) and its launch planner
 // (exl3_gemv_plan.cpp): block shape, k-slices, the per-warp trellis ring, the staged A and what fits
-// in a block's 48 KiB of shared memory.
+// in a block's shared memory (48 KiB, more for 33-64 rows and the int8 kernel).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -113,6 +113,5 @@ static_assert(int8_smem_words(6, kInt8WideStageRows, 2 * kSliceTiles, 2) <= kInt
 
 // Blocks per SM the int8 kernel's registers allow (its launch bounds): 4 for one group of rows.
 __host__ __device__ constexpr int int8_blocks_per_sm(int groups) { return groups == 1 ? 4 : groups == 2 ? 3 : 2; }
-
 
 }  // namespace exl3::gemv
