@@ -12,15 +12,17 @@
 
 namespace exl3 {
 
-// Lets `kernel` use `bytes` of dynamic shared memory on the current device; `devices_allowed` (one
-// per kernel, bit d for device d) remembers where that was done.
-template <typename Kernel>
-void allow_shared_bytes(Kernel kernel, size_t bytes, std::atomic<uint64_t>& devices_allowed) {
+// Lets kKernel use `bytes` of dynamic shared memory on the current device. Each kernel keeps its
+// own record (bit d for device d) of where that was done; every call for one kernel asks the same
+// bytes.
+template <auto kKernel>
+void allow_shared_bytes(size_t bytes) {
+  static std::atomic<uint64_t> devices_allowed{0};
   int device = 0;
   EXL3_CUDA_CHECK(cudaGetDevice(&device));
   const uint64_t bit = device >= 0 && device < 64 ? uint64_t{1} << device : 0;
   if (bit != 0 && (devices_allowed.load(std::memory_order_acquire) & bit) != 0) return;
-  EXL3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  EXL3_CUDA_CHECK(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   devices_allowed.fetch_or(bit, std::memory_order_release);
 }
 

@@ -4,7 +4,6 @@
 // in-register butterflies (one thread per row, then per column), scaled and rounded once.
 #include "kernels/cuda/exl3_decode_original.cuh"
 
-#include <atomic>
 #include <cstdint>
 #include <limits>
 
@@ -178,10 +177,8 @@ void launch_exl3_decode_original(const Exl3DecodeOriginalParams& p, cudaStream_t
   const dim3 grid(static_cast<unsigned>(grid_x), static_cast<unsigned>(grid_y));
   const bool known = trellis::dispatch_format(p.bits, p.codebook, [&]<int kBits, Codebook kCodebook>() {
     constexpr size_t kShared = shared_bytes(kBits);
-    const auto kernel = exl3_decode_original_kernel<kBits, kCodebook>;
-    static std::atomic<uint64_t> devices_allowed{0};
-    allow_shared_bytes(kernel, kShared, devices_allowed);
-    kernel<<<grid, kThreads, kShared, stream>>>(words, p.suh, p.svh, p.out, p.n / trellis::kTileSize, p.row0, p.col0,
+    allow_shared_bytes<exl3_decode_original_kernel<kBits, kCodebook>>(kShared);
+    exl3_decode_original_kernel<kBits, kCodebook><<<grid, kThreads, kShared, stream>>>(words, p.suh, p.svh, p.out, p.n / trellis::kTileSize, p.row0, p.col0,
                                                 p.ld);
   });
   EXL3_CHECK(known, "decode_original: unsupported format: bits ", p.bits, " codebook ", static_cast<int>(p.codebook),

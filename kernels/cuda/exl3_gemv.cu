@@ -19,7 +19,6 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -287,10 +286,8 @@ int assign_blocks(GemvArgs& args, const GemvGrid& plan) {
 template <int kBits, Codebook kCodebook, int kMBlocks, bool kLinear>
 void launch_instance(const GemvArgs& args, dim3 grid, cudaStream_t stream) {
   constexpr bool kDoubled = doubled_k<kCodebook, kMBlocks>();
-  static std::atomic<uint64_t> devices_allowed{0};
-  allow_shared_bytes(exl3_gemv_kernel<kBits, kCodebook, kMBlocks, kLinear>,
-                     static_cast<size_t>(staged_bytes(kMBlocks, max_tiles_per_slice(kBits, kMBlocks, kDoubled), kDoubled)),
-                     devices_allowed);
+  allow_shared_bytes<exl3_gemv_kernel<kBits, kCodebook, kMBlocks, kLinear>>(
+      static_cast<size_t>(staged_bytes(kMBlocks, max_tiles_per_slice(kBits, kMBlocks, kDoubled), kDoubled)));
   launch_dependent_smem(exl3_gemv_kernel<kBits, kCodebook, kMBlocks, kLinear>, grid, kThreads,
                         static_cast<size_t>(staged_bytes(kMBlocks, args.tiles_per_slice, kDoubled)), stream, args);
 }

@@ -25,7 +25,6 @@
 // the output pass (exl3_gemv_output.cu) as for the fp16 kernel.
 #include <cuda_fp16.h>
 
-#include <atomic>
 #include <cstdint>
 
 #include "kernels/check.h"
@@ -305,10 +304,8 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
 // allowed (above 48 KiB it must be opted into, once per device).
 template <int kBits, int kGroups, int kStageBlocks>
 void launch_groups(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
-  static std::atomic<uint64_t> devices_allowed{0};
-  allow_shared_bytes(exl3_gemv_int8_kernel<kBits, kGroups, kStageBlocks>,
-                     static_cast<size_t>(kInt8SmemWords - kWarps * int8_ring_words(kBits, kStageBlocks)) * 4,
-                     devices_allowed);
+  allow_shared_bytes<exl3_gemv_int8_kernel<kBits, kGroups, kStageBlocks>>(
+      static_cast<size_t>(kInt8SmemWords - kWarps * int8_ring_words(kBits, kStageBlocks)) * 4);
   launch_dependent_smem(exl3_gemv_int8_kernel<kBits, kGroups, kStageBlocks>, grid, kThreads, smem_bytes, stream, args);
 }
 
