@@ -24,10 +24,12 @@ constexpr double kWideStageTileCost = 0.93;
 }  // namespace
 
 int m_blocks(int64_t m) { return static_cast<int>((m + 15) / 16); }
-bool doubled(Codebook codebook, int64_t m) { return codebook != Codebook::kMul1 && m_blocks(m) == 1; }
-int resident_blocks(int64_t m) { return blocks_per_sm(m_blocks(m)); }
 
 namespace {
+
+// Whether 3INST/MCG take the doubled k (one m-block), and the fp16 kernel's resident blocks.
+bool doubled(Codebook codebook, int64_t m) { return codebook != Codebook::kMul1 && m_blocks(m) == 1; }
+int resident_blocks(int64_t m) { return blocks_per_sm(m_blocks(m)); }
 
 // Resident int8 blocks: registers (the launch bounds) or shared memory (an SM's 227 KiB, 1 KiB of
 // it reserved per block), whichever allows fewer.
@@ -91,7 +93,9 @@ GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, const GemvKer
           static_cast<double>(waves) * (static_cast<double>(rounds * per) * kernel.tile_cost + setup) *
               std::max(1.0, concurrent / kernel.saturating_blocks) +
           kSliceGroups * static_cast<double>(slices);
-      if (best.slices == 0 || time < best.time * 0.98) best = {per * kSliceTiles, slices, blocks, time, 1};
+      if (best.slices == 0 || time < best.time * 0.98) {
+        best = {per * kSliceTiles, slices, blocks, time, static_cast<int>(unit)};
+      }
     }
   }
   return best;
@@ -101,8 +105,7 @@ GemvGrid plan_linear(int64_t n_tiles, int64_t k_tiles, int64_t m, int bits, Code
                      int64_t max_slices) {
   GemvGrid plan = plan_grid(n_tiles, k_tiles, sm_count, gemv_kernel_shape(m, bits, codebook, int8), max_slices);
   if (int8 && int8_wide_stages_allowed(bits, static_cast<int>(m), k_tiles)) {
-    GemvGrid wide = plan_grid(n_tiles, k_tiles, sm_count, int8_wide_kernel_shape(m, bits), max_slices);
-    wide.stage_blocks = 2;
+    const GemvGrid wide = plan_grid(n_tiles, k_tiles, sm_count, int8_wide_kernel_shape(m, bits), max_slices);
     if (wide.slices > 0 && (plan.slices == 0 || wide.time < plan.time)) plan = wide;
   }
   return plan;

@@ -9,11 +9,8 @@
 
 namespace exl3::gemv {
 
-// m-blocks of 16 rows the fp16 kernel instance for m runs, whether 3INST/MCG take the doubled k,
-// and that kernel's resident blocks per SM.
+// m-blocks of 16 rows the fp16 kernel instance for m runs.
 int m_blocks(int64_t m);
-bool doubled(Codebook codebook, int64_t m);
-int resident_blocks(int64_t m);
 
 // What the planner knows of one kernel instance: the blocks an SM holds at once and how many of
 // them already keep its issue slots busy; the most k-tiles a slice may hold and the multiple of
@@ -28,7 +25,8 @@ struct GemvKernelShape {
 
 // The launch shape: k-slices of tiles_per_slice tiles (whole granules, at most max_tiles, at most
 // max_slices slices) and blocks per slice, whose warps share the slice's n-tiles; the model's time
-// (in groups of kSliceTiles tiles) and, for the int8 kernel, quantization blocks per stage. A
+// (in groups of kSliceTiles tiles) and the quantization blocks per stage (the granule's; the int8
+// kernel's two-block stages are the only ones of 2). A
 // block's work is its warps' rounds of n-tiles times the slice length times tile_cost, plus a
 // fixed setup (staging A, filling the pipeline: kSetupGroups groups and the granule's groups past
 // the first). An SM holds blocks_per_sm blocks at once (more take further waves) and runs up to
