@@ -68,6 +68,7 @@ struct F16Source {
 // l_s with w_s = exp2(m_s - max_s m_s), over the splits that hold part of the context.
 __global__ void attention_merge_kernel(const AttnArgs a, int head_dim) {
   allow_dependents();  // a dependent launch after this one may start its prologue
+  wait_for_prerequisites();  // launched dependent, after the decode kernel's partials
   const int64_t t = blockIdx.x / a.heads;
   const int64_t h = blockIdx.x % a.heads;
   if (!is_single(a, t)) return;
@@ -119,8 +120,8 @@ void launch_attention_merge(const AttentionParams& p, const SplitPlan& plan, cud
   EXL3_CHECK(plan.splits > 1 && plan.chunk > 0 && (p.head_dim == 64 || p.head_dim == 128),
              "attention merge: splits ", plan.splits, " chunk ", plan.chunk, " head_dim ", p.head_dim);
   const AttnArgs args = attention_detail::make_attn_args(p, plan);
-  attention_merge_kernel<<<static_cast<unsigned>(b.tokens * p.heads), static_cast<unsigned>(p.head_dim), 0, stream>>>(
-      args, static_cast<int>(p.head_dim));
+  launch_dependent(attention_merge_kernel, dim3(static_cast<unsigned>(b.tokens * p.heads)),
+                   dim3(static_cast<unsigned>(p.head_dim)), stream, args, static_cast<int>(p.head_dim));
   EXL3_CUDA_CHECK_LAUNCH();
 }
 

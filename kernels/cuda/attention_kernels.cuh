@@ -139,6 +139,7 @@ __global__ void __launch_bounds__(Source::kPrefillWarps * 32) attention_prefill_
 template <class Source, int D>
 __global__ void __launch_bounds__(32) attention_decode_kernel(const AttnArgs a) {
   allow_dependents();  // a dependent launch after this one may start its prologue
+  wait_for_prerequisites();  // launched dependent: q and the cache come from the kernels before
   const int64_t t = blockIdx.x;
   if (!is_single(a, t)) return;
   const int64_t head_tiles = (a.group + kWarpRows - 1) / kWarpRows;

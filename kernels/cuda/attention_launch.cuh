@@ -18,6 +18,7 @@
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/attention_split.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 
 namespace exl3::attention_detail {
@@ -42,10 +43,10 @@ void launch_attention_kernels(const AttnArgs& args, const AttentionParams& p, co
     EXL3_CUDA_CHECK_LAUNCH();
   }
   const int64_t head_tiles = (args.group + kWarpRows - 1) / kWarpRows;
-  attention_decode_kernel<Source, D>
-      <<<dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(args.kv_heads * head_tiles),
-              static_cast<unsigned>(args.splits)),
-         32, smem, stream>>>(args);
+  launch_dependent_smem(attention_decode_kernel<Source, D>,
+                        dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(args.kv_heads * head_tiles),
+                             static_cast<unsigned>(args.splits)),
+                        dim3(32), static_cast<size_t>(smem), stream, args);
   EXL3_CUDA_CHECK_LAUNCH();
   if (plan.splits > 1) attention_split::launch_attention_merge(p, plan, stream);
 }

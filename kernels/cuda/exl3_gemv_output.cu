@@ -48,14 +48,32 @@ __device__ __forceinline__ float4 slice_sum(const GemvOutput& o, int64_t m, int6
   return sum;
 }
 
-// v: the summed column values in; Hadamard, scale, ⊙ svh, + bias out.
-__device__ __forceinline__ void finish(const GemvOutput& o, int64_t col0, int lane, float (&v)[wht128::kPerLane]) {
-  wht128::transform(v, lane);
+// The lane's svh and bias (0 where there is none) of columns col0 .. col0 + 3: constants of the
+// model, read before the kernels this one depends on have finished.
+struct ColumnScales {
+  float svh[wht128::kPerLane];
+  float bias[wht128::kPerLane];
+};
+
+__device__ __forceinline__ ColumnScales column_scales(const GemvOutput& o, int64_t col0) {
+  ColumnScales s;
 #pragma unroll
   for (int e = 0; e < wht128::kPerLane; ++e) {
     const int64_t col = col0 + e;
-    float out = v[e] * wht128::kScale * __half2float(o.svh[col]);
-    if (o.bias != nullptr && col < o.out_features) out += o.bias[col];
+    s.svh[e] = __half2float(o.svh[col]);
+    s.bias[e] = o.bias != nullptr && col < o.out_features ? o.bias[col] : 0.0f;
+  }
+  return s;
+}
+
+// v: the summed column values in; Hadamard, scale, ⊙ svh, + bias out.
+__device__ __forceinline__ void finish(const GemvOutput& o, const ColumnScales& s, int64_t col0, int lane,
+                                       float (&v)[wht128::kPerLane]) {
+  wht128::transform(v, lane);
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) {
+    float out = v[e] * wht128::kScale * s.svh[e];
+    if (o.bias != nullptr && col0 + e < o.out_features) out += s.bias[e];
     v[e] = out;
   }
 }
@@ -64,7 +82,6 @@ __device__ __forceinline__ void finish(const GemvOutput& o, int64_t col0, int la
 // sums (in a fixed order) and finishes.
 __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs args) {
   allow_dependents();
-  wait_for_prerequisites();
   const int group = static_cast<int>(threadIdx.x / kWarpSize);
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   // The output this block belongs to (kSiluMul: the gate's blocks, with up alongside).
@@ -81,6 +98,13 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
   const int64_t row = block / blocks_per_row;
   const int64_t col0 = (block % blocks_per_row) * kBlock + wht128::kPerLane * lane;
   const bool silu = args.epilogue == GemvEpilogue::kSiluMul;
+  ColumnScales scales{};
+  ColumnScales up_scales{};
+  if (group == 0) {
+    scales = column_scales(o, col0);
+    if (silu) up_scales = column_scales(args.output[1], col0);
+  }
+  wait_for_prerequisites();
 
   __shared__ float4 part[2][kSliceGroups][kWarpSize];
   part[0][group][lane] = slice_sum(o, args.m, args.slices, row, col0, group);
@@ -103,11 +127,11 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
   };
   float v[wht128::kPerLane];
   summed(0, v);
-  finish(o, col0, lane, v);
+  finish(o, scales, col0, lane, v);
   if (silu) {
     float u[wht128::kPerLane];
     summed(1, u);
-    finish(args.output[1], col0, lane, u);
+    finish(args.output[1], up_scales, col0, lane, u);
     auto* act = static_cast<__half*>(o.y);
 #pragma unroll
     for (int e = 0; e < wht128::kPerLane; ++e) {

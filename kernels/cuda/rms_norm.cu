@@ -49,13 +49,19 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_kernel(const Tin* x, con
   if (dim <= static_cast<int64_t>(stride) * kPerThread) {
     // One pass over memory: every load issued before the sum, the values kept for the scaling.
     // The weights are read alongside x, so the row costs one memory round trip.
+    // The weights are constants of the model: read before the kernels this one depends on finish.
     float v[kPerThread];
     float w[kPerThread];
 #pragma unroll
     for (int j = 0; j < kPerThread; ++j) {
       const int64_t i = tid + static_cast<int64_t>(j) * stride;
-      v[j] = i < dim ? cuda_io::to_f32(x[base + i]) : 0.0f;
       w[j] = i < dim ? weight[i] : 0.0f;
+    }
+    wait_for_prerequisites();
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) {
+      const int64_t i = tid + static_cast<int64_t>(j) * stride;
+      v[j] = i < dim ? cuda_io::to_f32(x[base + i]) : 0.0f;
     }
     float sum_sq = 0.0f;
 #pragma unroll
@@ -68,6 +74,7 @@ __global__ void __launch_bounds__(kMaxThreads) rms_norm_kernel(const Tin* x, con
     }
     return;
   }
+  wait_for_prerequisites();
   float sum_sq = 0.0f;
   for (int64_t i = tid; i < dim; i += stride) {
     const float v = cuda_io::to_f32(x[base + i]);
@@ -101,8 +108,8 @@ void launch_rms_norm(const RmsNormParams& p, cudaStream_t stream) {
     using Tin = typename decltype(in_tag)::type;
     cuda_io::visit_float_dtype(p.out_dtype, "rms_norm out", [&](auto out_tag) {
       using Tout = typename decltype(out_tag)::type;
-      rms_norm_kernel<Tin, Tout><<<static_cast<unsigned>(p.rows), threads, 0, stream>>>(
-          static_cast<const Tin*>(p.x), p.weight, static_cast<Tout*>(p.out), p.dim, p.eps);
+      launch_dependent(rms_norm_kernel<Tin, Tout>, dim3(static_cast<unsigned>(p.rows)), dim3(threads), stream,
+                       static_cast<const Tin*>(p.x), p.weight, static_cast<Tout*>(p.out), p.dim, p.eps);
       EXL3_CUDA_CHECK_LAUNCH();
     });
   });

@@ -2,7 +2,8 @@
 // values in one launch: the fusion of launch_rope (on q, then k) and launch_kv_write, with the
 // same arithmetic (fp32 rotation, one rounding to fp16), so the results are those of the three
 // launches. Grid (tokens, head groups): a block either rotates kHeadsPerBlock query heads in place,
-// or rotates kHeadsPerBlock key heads (in place and into the cache) and copies their values.
+// or rotates kHeadsPerBlock key heads (in place and into the cache) and copies their values. A
+// dependent launch (dependent_launch.cuh): its blocks are scheduled while the kernel before it ends.
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 
 namespace exl3 {
@@ -37,6 +39,8 @@ struct Args {
 
 __global__ void rope_kv_write_kernel(const Args a) {
   extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
+  allow_dependents();
+  wait_for_prerequisites();  // positions and q, k, v come from earlier kernels of the step
   const int64_t t = blockIdx.x;
   const int32_t pos = a.positions[t];
   for (int i = static_cast<int>(threadIdx.x); i < a.half; i += static_cast<int>(blockDim.x)) {
@@ -132,8 +136,8 @@ void launch_rope_kv_write(const RopeKvWriteParams& p, cudaStream_t stream) {
                b.page_size,
                p.num_pages};
   const size_t smem = 2 * sizeof(float) * static_cast<size_t>(p.rotary_dim / 2);
-  rope_kv_write_kernel<<<dim3(static_cast<unsigned>(b.tokens), static_cast<unsigned>(q_groups + kv_groups)), kThreads,
-                         smem, stream>>>(a);
+  launch_dependent_smem(rope_kv_write_kernel, dim3(static_cast<unsigned>(b.tokens), static_cast<unsigned>(q_groups + kv_groups)),
+                        dim3(kThreads), smem, stream, a);
   EXL3_CUDA_CHECK_LAUNCH();
 }
 
