@@ -55,6 +55,7 @@ Exl3LinearParams checked_linear(const CudaLinearContext& ctx, const LinearWeight
   p.scratch_a = ctx.scratch_a;
   p.scratch_c = ctx.scratch_c;
   p.scratch_c_floats = ctx.scratch_rows * ctx.scratch_features;
+  p.scratch_a_halves = ctx.scratch_rows * ctx.scratch_features;
   p.int8_activations = use_int8_activations(ctx.int8_activations, e.bits, e.codebook, m);
   return p;
 }

@@ -42,33 +42,10 @@ using namespace gemv;  // NOLINT: the layout constants and the planner
 
 using trellis::kTileSize;
 
-// Staged A, in mma fragment order: for every 16-row block and tile of the slice, 128 words (fp16
-// pairs), 4 per lane, so that lane l reads its whole A fragment {a0, a1, a2, a3} with one 16-byte
-// load (conflict-free: the warp reads 512 contiguous bytes). Lane l = 4g + t holds (row g, k 2t),
-// (row g + 8, k 2t), (row g, k 2t + 8), (row g + 8, k 2t + 8), each with k + 1 in the high half.
-// Rows >= m are zeros; m <= 8 still stages whole 16-row blocks (the upper half zero).
-//
-// The doubled layout (3INST and MCG with one m-block) stages two such fragments per tile: the
-// first holds A's even k rows, the second its odd ones, each value in both halves of its word.
-// The mma then sums over a k twice as long whose pairs are the two halves of one decoded word
-// (lo·x + hi·x = (lo + hi)·x), so the decode skips pairing and adding the halves (§5).
-
+// Staged A: the layout of exl3_gemv_common.cuh (fragment_half, doubled_word).
 template <Codebook kCodebook, int kMBlocks>
 constexpr bool doubled_k() {
   return kCodebook != Codebook::kMul1 && kMBlocks == 1;
-}
-
-__device__ __forceinline__ int fragment_half(int r, int kk) {  // r: row in the block, kk: k in the tile
-  const int lane = 4 * (r % 8) + (kk % 8) / 2;
-  const int j = r / 8 + 2 * (kk / 8);
-  return 2 * (4 * lane + j) + (kk & 1);
-}
-
-// The doubled layout: the word of (r, kk), holding A[r, kk] twice.
-__device__ __forceinline__ int doubled_word(int r, int kk) {
-  const int lane = 4 * (r % 8) + (kk % 8) / 2;
-  const int j = r / 8 + 2 * (kk / 8);
-  return (kk & 1) * kFragmentWords + 4 * lane + j;
 }
 
 // MUL1 (§5): value = fp16(h · KINV + KBIAS) with h = 1024 + byte sum, an integer that fp16 holds
@@ -78,6 +55,46 @@ __device__ __forceinline__ int doubled_word(int r, int kk) {
 // fp16 values).
 constexpr float kMul1Inv = 0.00676727294921875f;  // fp16 0x1EEE
 constexpr float kMul1Bias = -10.3828125f;         // fp16 0xC931
+
+// The block's slice of A copied from the problem's prestaged A (launch_gemv_stage: its rows past m
+// are zeros already), and for MUL1 every row's sum over the slice's blocks (in block order). The
+// caller synchronises.
+template <int kMBlocks, bool kDoubled, bool kRowSums>
+__device__ __forceinline__ void copy_prestaged_slice(const GemvArgs& args, const GemvProblem& pr, int64_t tk0,
+                                                     int num_tiles, uint32_t* staged, float* row_sums) {
+  constexpr int kTileWords = staged_words_per_tile(kDoubled);
+  const int64_t k_tiles = args.k / kTileSize;
+  const int chunks = num_tiles * kTileWords / 4;  // uint4 per m-block
+  constexpr int kInFlight = 4;
+#pragma unroll
+  for (int mb = 0; mb < kMBlocks; ++mb) {
+    const uint4* src = reinterpret_cast<const uint4*>(pr.prestaged + (mb * k_tiles + tk0) * kTileWords);
+    uint4* dst = reinterpret_cast<uint4*>(staged + mb * num_tiles * kTileWords);
+    for (int first = static_cast<int>(threadIdx.x); first < chunks; first += kInFlight * kThreads) {
+      uint4 v[kInFlight];
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const int c = first + j * kThreads;
+        if (c < chunks) v[j] = __ldg(src + c);
+      }
+#pragma unroll
+      for (int j = 0; j < kInFlight; ++j) {
+        const int c = first + j * kThreads;
+        if (c < chunks) dst[c] = v[j];
+      }
+    }
+  }
+  if constexpr (kRowSums) {
+    const int64_t k_blocks = args.k / wht128::kBlock;
+    const int64_t block0 = tk0 * kTileSize / wht128::kBlock;
+    const int blocks = num_tiles * kTileSize / wht128::kBlock;
+    for (int r = static_cast<int>(threadIdx.x); r < args.m && r < 16 * kMBlocks; r += kThreads) {
+      float sum = 0.0f;
+      for (int b = 0; b < blocks; ++b) sum += pr.prestaged_sums[r * k_blocks + block0 + b];
+      row_sums[r] = sum;
+    }
+  }
+}
 
 // Stages the block's slice of A (zeros first, then rows < m; the caller synchronises) and, for
 // MUL1, every row's sum of the staged values. Linear: A = fp16(had128(fp16(x ⊙ suh)) / sqrt(128)),
@@ -97,7 +114,6 @@ __device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* 
     for (int i = static_cast<int>(threadIdx.x); i < 16 * kMBlocks; i += kThreads) row_sums[i] = 0.0f;
   }
   __syncthreads();
-  __half* halves = reinterpret_cast<__half*>(staged);
   const int rows = args.m < 16 * kMBlocks ? args.m : 16 * kMBlocks;
   const int blocks = num_tiles * kTileSize / wht128::kBlock;
   for (int job = warp; job < rows * blocks; job += kWarps) {  // uniform over the warp
@@ -112,12 +128,7 @@ __device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* 
       const int kk = kk0 + e;
       const __half h = __float2half_rn(v[e]);
       sum += __half2float(h);
-      const int tile_words = block_words + kk / kTileSize * kTileWords;
-      if constexpr (kDoubled) {
-        staged[tile_words + doubled_word(row % 16, kk % kTileSize)] = static_cast<uint32_t>(__half_as_ushort(h)) * 0x10001u;
-      } else {
-        halves[2 * tile_words + fragment_half(row % 16, kk % kTileSize)] = h;
-      }
+      put_staged<kDoubled>(staged + block_words + kk / kTileSize * kTileWords, row % 16, kk % kTileSize, h);
     }
     if constexpr (kRowSums) {
 #pragma unroll
@@ -164,8 +175,12 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
   stream.prime(num_stages);
   wait_for_prerequisites();
 
-  stage_slice<kMBlocks, kLinear, kDoubled, kMul1>(args, pr.suh, work.tk_begin * kTileSize, work.num_tiles, staged,
-                                                  row_sums);
+  if (kLinear && pr.prestaged != nullptr) {
+    copy_prestaged_slice<kMBlocks, kDoubled, kMul1>(args, pr, work.tk_begin, work.num_tiles, staged, row_sums);
+  } else {
+    stage_slice<kMBlocks, kLinear, kDoubled, kMul1>(args, pr.suh, work.tk_begin * kTileSize, work.num_tiles, staged,
+                                                    row_sums);
+  }
   __syncthreads();
 
   const trellis::LaneWindow window = trellis::lane_window<kBits>(lane);
@@ -358,6 +373,43 @@ int64_t total_columns(std::span<const Exl3LinearParams> ps) {
   return n;
 }
 
+// Stages A for the fp16 linear kernel into ps[0].scratch_a (per problem: the staged words, then
+// for MUL1 the row sums, 16-byte aligned) and points the problems at it; false (nothing launched)
+// where the rows are too few or scratch_a too small.
+bool prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
+  const Exl3LinearParams& p0 = ps[0];
+  if (p0.m < kGemvPrestageMinRows || p0.scratch_a == nullptr) return false;
+  const int mb = m_blocks(p0.m);
+  const bool doubled = p0.codebook != Codebook::kMul1 && mb == 1;
+  const bool sums = p0.codebook == Codebook::kMul1;
+  const int64_t staged_words = mb * (p0.k / kTileSize) * staged_words_per_tile(doubled);
+  const int64_t sum_words = sums ? (p0.m * (p0.k / wht128::kBlock) + 3) / 4 * 4 : 0;
+  const int64_t problem_words = staged_words + sum_words;
+  const int64_t capacity = p0.scratch_a_halves > 0 ? p0.scratch_a_halves : p0.m * p0.k;
+  if (static_cast<int64_t>(ps.size()) * problem_words * 2 > capacity) return false;
+  GemvStageArgs s{};
+  s.x = p0.x;
+  s.m = static_cast<int>(p0.m);
+  s.m_blocks = mb;
+  s.in_features = p0.in_features;
+  s.k = p0.k;
+  s.problems = static_cast<int>(ps.size());
+  s.doubled = doubled;
+  s.row_sums = sums;
+  auto* words = reinterpret_cast<uint32_t*>(p0.scratch_a);
+  for (int i = 0; i < s.problems; ++i) {
+    uint32_t* staged = words + i * problem_words;
+    float* row_sums = sums ? reinterpret_cast<float*>(staged + staged_words) : nullptr;
+    s.suh[i] = ps[static_cast<size_t>(i)].suh;
+    s.staged[i] = staged;
+    s.sums[i] = row_sums;
+    args.problem[i].prestaged = staged;
+    args.problem[i].prestaged_sums = row_sums;
+  }
+  launch_gemv_stage(s, stream);
+  return true;
+}
+
 }  // namespace
 
 bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch_floats) {
@@ -424,6 +476,7 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
     launch_exl3_gemv_int8(args, p0.bits, plan.stage_blocks,
                           dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices)), stream);
   } else {
+    prestage(ps, args, stream);
     launch<true>(args, p0.bits, p0.codebook, plan, stream);
   }
   launch_gemv_output(out, stream);

@@ -1,7 +1,8 @@
 // What the two few-rows EXL3 matmul kernels share (exl3_gemv.cu with fp16 activations,
 // exl3_gemv_int8.cu with int8 ones): the launch arguments, how a warp finds its n-tiles, the
 // per-warp cp.async ring that streams trellis words through shared memory, and the input
-// transform of one (row, 128-input block) of the staged A.
+// transform of one (row, 128-input block) of the staged A and where its values go in the fp16
+// kernel's staged layout (also written ahead of the matmul by exl3_gemv_stage.cu).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -25,6 +26,10 @@ struct GemvProblem {
   int64_t n;
   int block_begin;
   int blocks;
+  // fp16 linear only: A of the whole k already in the staged layout (launch_gemv_stage), which a
+  // block copies instead of transforming its slice of x itself; null: the block stages its slice.
+  const uint32_t* prestaged = nullptr;  // [m_blocks][k tiles][staged_words_per_tile]
+  const float* prestaged_sums = nullptr;  // MUL1: the staged values' sum per row and 128 inputs [m][k / 128]
 };
 
 struct GemvArgs {
@@ -181,19 +186,27 @@ __device__ __forceinline__ void stream_stages(Ring& ring, int num_stages, Consum
   cp_async_wait<0>();
 }
 
-// The lane's 4 inputs col0 .. col0 + 3 of `row` (col0 = slice start + block + 4·lane) as the
-// staged A starts from them. Linear: fp16(x ⊙ suh), inputs >= in_features as zero. Bare: A.
-template <bool kLinear>
-__device__ __forceinline__ void input_values(const GemvArgs& args, const __half* suh, int row, int64_t col0,
-                                             float (&v)[wht128::kPerLane]) {
+// The lane's 4 inputs col0 .. col0 + 3 of `row` of a linear's x [m, in_features] before the
+// Hadamard: fp16(x ⊙ suh), inputs >= in_features as zero.
+__device__ __forceinline__ void linear_input_values(const __half* x, int64_t in_features, const __half* suh, int row,
+                                                    int64_t col0, float (&v)[wht128::kPerLane]) {
 #pragma unroll
   for (int e = 0; e < wht128::kPerLane; ++e) {
     const int64_t col = col0 + e;
-    if constexpr (kLinear) {
-      v[e] = col < args.in_features ? __half2float(__hmul(args.x[row * args.in_features + col], suh[col])) : 0.0f;
-    } else {
-      v[e] = __half2float(args.x[row * args.k + col]);
-    }
+    v[e] = col < in_features ? __half2float(__hmul(x[row * in_features + col], suh[col])) : 0.0f;
+  }
+}
+
+// The lane's 4 inputs col0 .. col0 + 3 of `row` (col0 = slice start + block + 4·lane) as the
+// staged A starts from them. Linear: linear_input_values. Bare: A.
+template <bool kLinear>
+__device__ __forceinline__ void input_values(const GemvArgs& args, const __half* suh, int row, int64_t col0,
+                                             float (&v)[wht128::kPerLane]) {
+  if constexpr (kLinear) {
+    linear_input_values(args.x, args.in_features, suh, row, col0, v);
+  } else {
+#pragma unroll
+    for (int e = 0; e < wht128::kPerLane; ++e) v[e] = __half2float(args.x[row * args.k + col0 + e]);
   }
 }
 
@@ -214,5 +227,58 @@ __device__ __forceinline__ void staged_values(const GemvArgs& args, const __half
   input_values<kLinear>(args, suh, row, col0, v);
   if constexpr (kLinear) transform_values(v, lane);
 }
+
+// The fp16 kernel's staged A, in mma fragment order: for every 16-row block and tile, 128 words
+// (fp16 pairs), 4 per lane, so that lane l reads its whole A fragment {a0, a1, a2, a3} with one
+// 16-byte load (conflict-free: the warp reads 512 contiguous bytes). Lane l = 4g + t holds (row g,
+// k 2t), (row g + 8, k 2t), (row g, k 2t + 8), (row g + 8, k 2t + 8), each with k + 1 in the high
+// half. Rows >= m are zeros; m <= 8 still stages whole 16-row blocks (the upper half zero).
+//
+// The doubled layout (3INST and MCG with one m-block) stages two such fragments per tile: the
+// first holds A's even k rows, the second its odd ones, each value in both halves of its word.
+// The mma then sums over a k twice as long whose pairs are the two halves of one decoded word
+// (lo·x + hi·x = (lo + hi)·x), so the decode skips pairing and adding the halves (§5).
+__device__ __forceinline__ int fragment_half(int r, int kk) {  // r: row in the block, kk: k in the tile
+  const int lane = 4 * (r % 8) + (kk % 8) / 2;
+  const int j = r / 8 + 2 * (kk / 8);
+  return 2 * (4 * lane + j) + (kk & 1);
+}
+
+// The doubled layout: the word of (r, kk), holding A[r, kk] twice.
+__device__ __forceinline__ int doubled_word(int r, int kk) {
+  const int lane = 4 * (r % 8) + (kk % 8) / 2;
+  const int j = r / 8 + 2 * (kk / 8);
+  return (kk & 1) * kFragmentWords + 4 * lane + j;
+}
+
+// Writes staged value h of (row r of its 16-row block, input kk of its tile) into the tile's words.
+template <bool kDoubled>
+__device__ __forceinline__ void put_staged(uint32_t* tile_words, int r, int kk, __half h) {
+  if constexpr (kDoubled) {
+    tile_words[doubled_word(r, kk)] = static_cast<uint32_t>(__half_as_ushort(h)) * 0x10001u;
+  } else {
+    reinterpret_cast<__half*>(tile_words)[fragment_half(r, kk)] = h;
+  }
+}
+
+// The staging of A ahead of the fp16 linear kernel: for each of its problems, x's transform
+// (exactly the values the kernel would stage itself) over the whole k into staged[p] (rows up to
+// 16 · m_blocks, those >= m zero) and, with row_sums, every (row < m, 128-input block)'s sum of the
+// staged values into sums[p]. One warp per (problem, row, block); a dependent launch.
+struct GemvStageArgs {
+  const __half* x;  // [m, in_features]
+  int m;
+  int m_blocks;
+  int64_t in_features;
+  int64_t k;
+  int problems;
+  bool doubled;
+  bool row_sums;
+  const __half* suh[kMaxProblems];
+  uint32_t* staged[kMaxProblems];
+  float* sums[kMaxProblems];
+};
+
+void launch_gemv_stage(const GemvStageArgs& args, cudaStream_t stream);
 
 }  // namespace exl3::gemv

@@ -35,19 +35,25 @@ __host__ __device__ constexpr int ring_words(int bits) {  // per warp: at most 2
   return ring_stages(bits) * kStageTiles * tile_words(bits);
 }
 
+// The fp16 linear kernel takes its A prestaged (exl3_gemv_stage.cu, one launch more) from this many
+// rows on, where the scratch holds it: with every block of a slice transforming its slice of x
+// itself, the transforms grow with rows x blocks per slice.
+constexpr int kGemvPrestageMinRows = 8;
+
 // Blocks per SM the registers must allow: 4 (64 registers) for one m-block, fewer where the
 // accumulators of more m-blocks need the room.
 __host__ __device__ constexpr int blocks_per_sm(int m_blocks) { return m_blocks == 1 ? 4 : m_blocks == 2 ? 3 : 2; }
 
-// A block's shared memory for its rings and staged A: 48 KiB for one or two m-blocks; with three or
-// four, what their 2 resident blocks leave of an SM's 227 KiB (1 KiB of it reserved per block), so
-// that 33-64 rows take slices as long as fewer rows do instead of ever shorter ones (each slice
+// A block's shared memory for its rings and staged A: 48 KiB for one m-block; with two to four,
+// what their resident blocks (3 or 2) leave of an SM's 227 KiB (1 KiB of it reserved per block), so
+// that 17-64 rows take slices as long as fewer rows do instead of ever shorter ones (each slice
 // writes m x n partial products). Measured on the H200, 8B decode with int8 off: batch 64 4,774 ->
-// 5,535 tokens/s; the same for two m-blocks made batch 32 slower (4,418 -> 4,025: fewer, longer
-// slices left SMs short of blocks), so they keep 48 KiB. Staged A is dynamic shared memory, opted
-// into above 48 KiB.
+// 5,535 tokens/s. For two m-blocks it paid only once A was prestaged (exl3_gemv_stage.cu: with
+// blocks staging their own slices, longer slices meant more of that work; batch 32 4,418 -> 4,025
+// then, 4,838 -> 5,490 with A prestaged and the planner pricing partial products). Staged A is
+// dynamic shared memory, opted into above 48 KiB.
 __host__ __device__ constexpr int staged_budget_words(int m_blocks) {
-  return m_blocks <= 2 ? kStagedWords : (227 * 1024 / blocks_per_sm(m_blocks) - 1024) / 4;
+  return m_blocks <= 1 ? kStagedWords : (227 * 1024 / blocks_per_sm(m_blocks) - 1024) / 4;
 }
 
 // The largest k-slice whose staged A fits beside the block's rings.

@@ -20,6 +20,16 @@ constexpr double kBareSaturatingBlocks = 3.0;
 // Two-block stages spend about 7% fewer instructions a tile (measured: 8192x28672, K=4, 1 row,
 // the same grid: 52.3 -> 48.7 us).
 constexpr double kWideStageTileCost = 0.93;
+// A slice's partial products cost memory time: written by the matmul (overlapping its decode, so
+// counted half) and read back by the output pass, at about the H200's copy rate (4.2 TB/s,
+// 3.3 sustained by these small scattered writes and reads), in bytes per microsecond.
+constexpr double kPartialTraffic = 1.5;
+constexpr double kPartialBytesPerUs = 3.3e6;
+// The fp16 kernel's time for one group of kSliceTiles tiles per warp at full occupancy, measured
+// kernel by kernel in the 8B decode on the H200 (K=4, Nsight Compute durations over the planner's
+// groups): 2.8 us at 32 rows (gate/up 63.4 us for 22.3 groups, down 38.2 for 14.3). One m-block
+// and 3-4 are scaled from it by their tensor-core products per tile (estimates).
+constexpr double kFp16GroupUs[4] = {2.2, 2.8, 3.6, 4.4};
 
 }  // namespace
 
@@ -58,6 +68,11 @@ GemvKernelShape gemv_kernel_shape(int64_t m, int bits, Codebook codebook, bool i
   s.saturating_blocks = s.blocks_per_sm;
   s.max_tiles = max_tiles_per_slice(bits, m_blocks(m), doubled(codebook, m));
   s.granule_tiles = kSliceTiles;
+  // Prestaged A (kGemvPrestageMinRows rows on): a longer slice costs no more staging, so its fewer
+  // partial products are what the model weighs. Below, and in the int8 kernel, every block of a
+  // slice stages it, which the model does not price; their measured plans keep kSliceGroups alone.
+  s.partial_rows = m >= kGemvPrestageMinRows ? static_cast<int>(m) : 0;
+  s.group_us = kFp16GroupUs[std::clamp(m_blocks(m), 1, 4) - 1];
   return s;
 }
 
@@ -66,6 +81,7 @@ GemvKernelShape int8_wide_kernel_shape(int64_t m, int bits) { return int8_shape(
 GemvKernelShape bare_kernel_shape(int64_t m, int bits, Codebook codebook) {
   GemvKernelShape s = gemv_kernel_shape(m, bits, codebook, false);
   s.saturating_blocks = std::min<double>(kBareSaturatingBlocks, s.blocks_per_sm);
+  s.partial_rows = 0;  // atomics into C: its constants were measured with kSliceGroups alone
   return s;
 }
 
@@ -76,6 +92,8 @@ GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, const GemvKer
   const int64_t fewest = (k_tiles + kernel.max_tiles - 1) / kernel.max_tiles;
   const int64_t most_blocks = (n_tiles + kWarps - 1) / kWarps;
   const double setup = kSetupGroups + static_cast<double>(unit - 1);
+  const double partial_bytes = static_cast<double>(kernel.partial_rows) * static_cast<double>(n_tiles) * 16.0 * 4.0;
+  const double slice_cost = kSliceGroups + partial_bytes * kPartialTraffic / (kPartialBytesPerUs * kernel.group_us);
   GemvGrid best;
   for (int64_t per = (groups + fewest - 1) / fewest / unit * unit; per >= unit; per -= unit) {
     const int64_t slices = (groups + per - 1) / per;
@@ -92,7 +110,7 @@ GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, const GemvKer
       const double time =
           static_cast<double>(waves) * (static_cast<double>(rounds * per) * kernel.tile_cost + setup) *
               std::max(1.0, concurrent / kernel.saturating_blocks) +
-          kSliceGroups * static_cast<double>(slices);
+          slice_cost * static_cast<double>(slices);
       if (best.slices == 0 || time < best.time * 0.98) {
         best = {per * kSliceTiles, slices, blocks, time, static_cast<int>(unit)};
       }

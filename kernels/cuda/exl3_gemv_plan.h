@@ -14,13 +14,17 @@ int m_blocks(int64_t m);
 
 // What the planner knows of one kernel instance: the blocks an SM holds at once and how many of
 // them already keep its issue slots busy; the most k-tiles a slice may hold and the multiple of
-// tiles every slice must be (its stage); the time of a tile relative to one-block stages.
+// tiles every slice must be (its stage); the time of a tile relative to one-block stages; the rows
+// whose partial products every slice writes (0: the slices add into C instead) and the time of
+// one group of kSliceTiles tiles per warp (microseconds), which turns those bytes into groups.
 struct GemvKernelShape {
   int blocks_per_sm = 1;
   double saturating_blocks = 1.0;
   int max_tiles = 0;
   int granule_tiles = 0;
   double tile_cost = 1.0;
+  int partial_rows = 0;
+  double group_us = 1.0;
 };
 
 // The launch shape: k-slices of tiles_per_slice tiles (whole granules, at most max_tiles, at most
@@ -31,8 +35,9 @@ struct GemvKernelShape {
 // fixed setup (staging A, filling the pipeline: kSetupGroups groups and the granule's groups past
 // the first). An SM holds blocks_per_sm blocks at once (more take further waves) and runs up to
 // saturating_blocks of them at full speed each; beyond that they share its issue rate, so a wave
-// takes a block's work times max(1, its blocks / saturating_blocks). The output pass adds
-// kSliceGroups a slice. The plan minimises the busiest SM's time (whole multiples of the SM count,
+// takes a block's work times max(1, its blocks / saturating_blocks). Every slice adds kSliceGroups
+// and the traffic of its partial products (partial_rows x n floats written, then read by the output
+// pass, at the memory rate, in groups of group_us). The plan minimises the busiest SM's time (whole multiples of the SM count,
 // no nearly idle last wave). slices == 0: no plan fits max_slices.
 struct GemvGrid {
   int64_t tiles_per_slice = 0;

@@ -50,6 +50,9 @@ struct Exl3LinearParams {
   // Capacity of scratch_c in floats (at least m·n; 0 reads as m·n). More room lets the GEMV path
   // (m <= 4) keep one partial product per k-slice there instead of adding them with atomics.
   int64_t scratch_c_floats = 0;
+  // Capacity of scratch_a in halves (at least m·k; 0 reads as m·k). Where it holds the few-rows
+  // path's prestaged A (gemv_prestage_halves), that path transforms x once instead of per block.
+  int64_t scratch_a_halves = 0;
   // The few-rows path quantizes the transformed input to int8 per 128 inputs
   // (kernels/int8_activations.h): MUL1 only, m <= 32 (EXL3_CHECK in the grouped launch). Where
   // scratch_c cannot hold that path's slices, launch_exl3_linear runs the fp16 path instead.

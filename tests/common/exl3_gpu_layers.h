@@ -119,7 +119,7 @@ struct LinearCall {
   const uint16_t* x = nullptr;      // host fp16 bits [m, in_features]
   const float* bias = nullptr;      // host [out_features] or null
   bool y_f32 = false;
-  int64_t scratch_rows = 0;         // rows of n floats in scratch_c (at least m): room for k-slices
+  int64_t scratch_rows = 0;         // rows of n floats in scratch_c and of k halves in scratch_a (at least m)
   bool int8_activations = false;    // Exl3LinearParams::int8_activations
 };
 
@@ -135,8 +135,10 @@ inline std::vector<float> gpu_linear(const HostLayer& h, const DeviceLayer& d, c
   x.upload(call.x, x_count);
   DeviceBuffer<float> bias(static_cast<size_t>(call.out_features));
   if (call.bias != nullptr) bias.upload(call.bias, static_cast<size_t>(call.out_features));
-  DeviceBuffer<__half> scratch_a(static_cast<size_t>(call.m * h.k));
+  // scratch_rows also sizes scratch_a: with room past m·k the few-rows path prestages A
+  // (launch_gemv_stage); with m·k alone (scratch_rows <= m) its blocks stage their own slices.
   const int64_t scratch_rows = std::max(call.m, call.scratch_rows);
+  DeviceBuffer<__half> scratch_a(static_cast<size_t>(scratch_rows * h.k));
   DeviceBuffer<float> scratch_c(static_cast<size_t>(scratch_rows * h.n));
   DeviceBuffer<uint8_t> y(y_bytes + kGuardBytes);
   EXL3_CUDA_CHECK(cudaMemset(y.get(), kSentinel, y_bytes + kGuardBytes));
@@ -159,6 +161,7 @@ inline std::vector<float> gpu_linear(const HostLayer& h, const DeviceLayer& d, c
   p.scratch_a = scratch_a.get();
   p.scratch_c = scratch_c.get();
   p.scratch_c_floats = scratch_rows * h.n;
+  p.scratch_a_halves = scratch_rows * h.k;
   p.int8_activations = call.int8_activations;
   launch_exl3_linear(p, nullptr);
   EXL3_CUDA_CHECK(cudaDeviceSynchronize());

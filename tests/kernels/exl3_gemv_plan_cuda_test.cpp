@@ -1,7 +1,7 @@
 // Tests of the few-rows EXL3 matmul's launch planner (kernels/cuda/exl3_gemv_plan.h), host code that
 // needs no GPU: every plan covers k in whole stages within the kernel's limits, the int8 kernel's
-// two-block stages are taken only where allowed, 33-64 rows stage longer slices, and a grouped
-// launch never gets more blocks than its plan.
+// two-block stages are taken only where allowed, 17-64 rows stage longer slices, prestaged rows
+// weigh their partial products, and a grouped launch never gets more blocks than its plan.
 #include "kernels/cuda/exl3_gemv_plan.h"
 
 #include <gtest/gtest.h>
@@ -77,10 +77,12 @@ TEST(Exl3GemvPlan, LinearsCountEveryResidentBlockTheBareMatmulThree) {
   EXPECT_LT(int8_wide_kernel_shape(1, 4).tile_cost, 1.0);
 }
 
-TEST(Exl3GemvPlan, ThreeOrFourMBlocksStageLongerSlicesInTheSharedMemoryTheirBlocksLeave) {
-  // One or two m-blocks: rings and staged A in 48 KiB (K=4: 56 and 24 tiles a slice at most).
+TEST(Exl3GemvPlan, TwoToFourMBlocksStageLongerSlicesInTheSharedMemoryTheirBlocksLeave) {
+  // One m-block: rings and staged A in 48 KiB (K=4: 56 tiles a slice at most).
   EXPECT_EQ(gemv_kernel_shape(16, 4, Codebook::kMul1, false).max_tiles, 56);
-  EXPECT_EQ(gemv_kernel_shape(32, 4, Codebook::kMul1, false).max_tiles, 24);
+  // Two m-blocks (32 rows), 3 resident blocks of 74 KiB: 56 tiles instead of the 24 of 48 KiB.
+  EXPECT_EQ(gemv_kernel_shape(32, 4, Codebook::kMul1, false).blocks_per_sm, 3);
+  EXPECT_EQ(gemv_kernel_shape(32, 4, Codebook::kMul1, false).max_tiles, 56);
   // Four m-blocks (64 rows), 2 resident blocks: 48 tiles instead of the 8 that 48 KiB would hold.
   EXPECT_EQ(gemv_kernel_shape(64, 4, Codebook::kMul1, false).blocks_per_sm, 2);
   EXPECT_EQ(gemv_kernel_shape(64, 4, Codebook::kMul1, false).max_tiles, 48);
@@ -94,6 +96,22 @@ TEST(Exl3GemvPlan, RespectsTheSliceLimitOfTheScratch) {
   EXPECT_LE(g.slices, 4);
   // No plan when even the longest slices need more of them than the scratch holds.
   EXPECT_EQ(plan_grid(256, 8192 / 16, kH200Sms, gemv_kernel_shape(1, 4, Codebook::kMul1, true), 4).slices, 0);
+}
+
+TEST(Exl3GemvPlan, PrestagedRowsWeighTheirPartialProducts) {
+  // The 8B gate/up (1792 n-tiles, k = 4096) at 32 rows: each slice writes 32 x 28672 partial
+  // floats, so the plan takes few long slices (5 of 56 tiles measured fastest on the H200).
+  const GemvGrid wide = plan_linear(1792, 256, 32, 4, Codebook::kMul1, false, kH200Sms, 65535);
+  ASSERT_GT(wide.slices, 0);
+  EXPECT_LE(wide.slices, 8);
+  expect_valid(wide, {4096, 28672, 32, 4}, false);
+  // Below kGemvPrestageMinRows the partials are not priced: 1 row keeps its measured plan (16
+  // slices of 16 tiles, 33 blocks a slice).
+  const GemvGrid one = plan_linear(1792, 256, 1, 4, Codebook::kMul1, false, kH200Sms, 65535);
+  EXPECT_EQ(one.slices, 16);
+  EXPECT_EQ(one.blocks_per_slice, 33);
+  EXPECT_EQ(gemv_kernel_shape(1, 4, Codebook::kMul1, false).partial_rows, 0);
+  EXPECT_EQ(gemv_kernel_shape(32, 4, Codebook::kMul1, false).partial_rows, 32);
 }
 
 TEST(Exl3GemvPlan, GroupedBlocksNeverPassThePlan) {

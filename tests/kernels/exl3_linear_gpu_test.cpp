@@ -278,7 +278,8 @@ void check_linear_rows(const HostLayer& layer, int64_t in_features, int64_t out_
     call.y_f32 = i % 2 == 0;
     call.bias = i % 3 != 1 ? bias.data() : nullptr;
     // Every other call gives the few-rows path room for its k-slices (partials summed by the
-    // output transform); the others leave only [m, n] (input transform + atomics).
+    // output transform) and its prestaged A (launch_gemv_stage); the others leave only [m, n] and
+    // [m, k] (input transform + atomics, or blocks staging their own slices of A).
     call.scratch_rows = i % 4 < 2 ? 2048 : 0;
     const std::vector<float> got = gpu_linear(layer, d_layer, call);
 
