@@ -1,7 +1,9 @@
-// The output transform of the few-rows EXL3 linears (exl3_gemv.cuh): one block per (row, 128-block)
-// sums the k-slices' partial products (its warps taking the slices in turn), applies the 128-point Hadamard transform, ⊙ svh, + bias, and
-// stores, adds into a residual, or combines gate and up into silu(gate) · up — each exactly as the
-// unfused ops would (launch_exl3_output_transform, add, silu_mul), so fusing changes no result.
+// The output transform of the few-rows EXL3 linears (exl3_gemv.cuh): for every (row, 128-block)
+// output, 1-8 warps sum the k-slices' partial products (taking the slices in turn), and the first
+// of them applies the 128-point Hadamard transform, ⊙ svh, + bias, and stores, adds into a
+// residual, or combines gate and up into silu(gate) · up — each exactly as the unfused ops would
+// (launch_exl3_output_transform, add, silu_mul), so fusing changes no result. Few outputs (few
+// rows) spread each over 8 warps; many (32 rows) take one warp each, 8 to a block.
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -17,24 +19,26 @@ namespace exl3 {
 namespace {
 
 constexpr int kWarpSize = 32;
-constexpr int kSliceGroups = 8;  // warps of a block; warp g sums slices g, g + 8, ...
-constexpr int kThreads = kSliceGroups * kWarpSize;
+constexpr int kWarps = 8;  // a block's; an output's `groups` warps sum its slices g, g + groups, ...
+constexpr int kThreads = kWarps * kWarpSize;
 constexpr int64_t kBlock = wht128::kBlock;
+// Warps a launch aims for: outputs take fewer warps each once there are this many of them.
+constexpr int64_t kTargetWarps = 4096;
 
 // Σ slices of the lane's 4 columns col0 .. col0 + 3 of `row`, over this warp's share of the slices
 // (several loads in flight: the partials sit in L2, and one at a time would pay its latency once
 // per slice).
 __device__ __forceinline__ float4 slice_sum(const GemvOutput& o, int64_t m, int64_t slices, int64_t row, int64_t col0,
-                                            int group) {
+                                            int group, int groups) {
   constexpr int kInFlight = 4;
   const float* c = o.c + row * o.n + col0;
   const int64_t stride = m * o.n;
   float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int64_t s0 = group; s0 < slices; s0 += kInFlight * kSliceGroups) {
+  for (int64_t s0 = group; s0 < slices; s0 += kInFlight * groups) {
     float4 part[kInFlight];
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) {
-      const int64_t s = s0 + int64_t{i} * kSliceGroups;
+      const int64_t s = s0 + int64_t{i} * groups;
       part[i] = s < slices ? *reinterpret_cast<const float4*>(c + s * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
@@ -78,14 +82,18 @@ __device__ __forceinline__ void finish(const GemvOutput& o, const ColumnScales& 
   }
 }
 
-// One block per (row, 128-column block): its warps sum the slices in parallel, warp 0 adds their
-// sums (in a fixed order) and finishes.
-__global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs args) {
+// kWarps / groups outputs (row, 128-column block) per block: an output's `groups` warps sum the
+// slices in parallel, the first of them adds their sums (in a fixed order) and finishes. `outputs`:
+// the launch's total (warps past it only reach the barrier).
+__global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs args, int groups, int64_t outputs) {
   allow_dependents();
-  const int group = static_cast<int>(threadIdx.x / kWarpSize);
+  const int warp = static_cast<int>(threadIdx.x / kWarpSize);
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
-  // The output this block belongs to (kSiluMul: the gate's blocks, with up alongside).
-  int64_t block = blockIdx.x;
+  const int group = warp % groups;
+  const int64_t output = static_cast<int64_t>(blockIdx.x) * (kWarps / groups) + warp / groups;
+  const bool active = output < outputs;  // uniform over the warp
+  // The output this warp belongs to (kSiluMul: the gate's blocks, with up alongside).
+  int64_t block = active ? output : 0;
   int which = 0;
   const int searched = args.epilogue == GemvEpilogue::kSiluMul ? 1 : args.outputs;
   for (; which < searched - 1; ++which) {
@@ -100,25 +108,27 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
   const bool silu = args.epilogue == GemvEpilogue::kSiluMul;
   ColumnScales scales{};
   ColumnScales up_scales{};
-  if (group == 0) {
+  if (active && group == 0) {
     scales = column_scales(o, col0);
     if (silu) up_scales = column_scales(args.output[1], col0);
   }
   wait_for_prerequisites();
 
-  __shared__ float4 part[2][kSliceGroups][kWarpSize];
-  part[0][group][lane] = slice_sum(o, args.m, args.slices, row, col0, group);
-  if (silu) part[1][group][lane] = slice_sum(args.output[1], args.m, args.slices, row, col0, group);
+  __shared__ float4 part[2][kWarps][kWarpSize];
+  if (active) {
+    part[0][warp][lane] = slice_sum(o, args.m, args.slices, row, col0, group, groups);
+    if (silu) part[1][warp][lane] = slice_sum(args.output[1], args.m, args.slices, row, col0, group, groups);
+  }
   __syncthreads();
-  if (group != 0) return;
+  if (!active || group != 0) return;
 
   const auto summed = [&](int k, float (&v)[wht128::kPerLane]) {
-    float4 t = part[k][0][lane];
-    for (int g = 1; g < kSliceGroups; ++g) {
-      t.x += part[k][g][lane].x;
-      t.y += part[k][g][lane].y;
-      t.z += part[k][g][lane].z;
-      t.w += part[k][g][lane].w;
+    float4 t = part[k][warp][lane];
+    for (int g = 1; g < groups; ++g) {
+      t.x += part[k][warp + g][lane].x;
+      t.y += part[k][warp + g][lane].y;
+      t.z += part[k][warp + g][lane].z;
+      t.w += part[k][warp + g][lane].w;
     }
     v[0] = t.x;
     v[1] = t.y;
@@ -182,8 +192,14 @@ void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream) {
                    args.output[0].out_features == args.output[1].out_features && !args.output[0].y_f32,
                "gemv output: silu-mul takes gate and up of one width and an F16 output");
   }
-  EXL3_CHECK(blocks <= std::numeric_limits<int32_t>::max(), "gemv output: too many blocks");
-  launch_dependent(gemv_output_kernel, dim3(static_cast<unsigned>(blocks)), dim3(kThreads), stream, args);
+  // Warps per output: as many as the slices use (up to a block's 8), fewer where the outputs alone
+  // fill kTargetWarps.
+  int groups = kWarps;
+  while (groups > 1 && (groups > args.slices || blocks * groups > kTargetWarps)) groups /= 2;
+  const int64_t per_block = kWarps / groups;
+  const int64_t grid = (blocks + per_block - 1) / per_block;
+  EXL3_CHECK(grid <= std::numeric_limits<int32_t>::max(), "gemv output: too many blocks");
+  launch_dependent(gemv_output_kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), stream, args, groups, blocks);
 }
 
 }  // namespace exl3
