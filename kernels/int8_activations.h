@@ -27,9 +27,10 @@ enum class Int8Activations : uint8_t {
 };
 
 // The rows a matmul may have for int8 activations to apply. The CUDA kernel takes up to 32; on an
-// H200 (8B shape) int8 decode was faster than fp16 up to batch 16 (2,914 vs 2,563 tokens/s) and
-// slower at 32 (3,456 vs 4,264), where the products of 4 row groups outweigh the cheaper decode.
-constexpr int64_t kInt8ActivationsMaxRows = 16;
+// H200 (8B shape, bench/results/2026-12-02-s8-h200) int8 decode is faster than fp16 up to batch 8
+// (1,987 vs 1,932 tokens/s) and slower at 16 (3,287 vs 3,772) since the fp16 path stages its input
+// once per matmul (exl3_gemv_stage.cu) while the int8 kernel's blocks still quantize their slices.
+constexpr int64_t kInt8ActivationsMaxRows = 8;
 // Under kAuto: wider weights are accurate enough that the activation rounding would dominate.
 constexpr int kInt8AutoMaxBits = 6;
 // Inputs per quantization block (the Hadamard block).

@@ -37,7 +37,7 @@ TEST(Int8ActivationsFlags, HelpSaysWhatAutoCovers) {
     const CommandResult r = run_command({bin(name), "--help"}, std::chrono::seconds(30), "int8_activations_help");
     EXPECT_TRUE(r.exited_with(0)) << name << ": " << r.describe();
     EXPECT_NE(r.output.find("--int8-activations"), std::string::npos) << name;
-    EXPECT_NE(r.output.find("auto: MUL1 weights of at most 6 bits, at most 16 rows per matmul"), std::string::npos)
+    EXPECT_NE(r.output.find("auto: MUL1 weights of at most 6 bits, at most 8 rows per matmul"), std::string::npos)
         << name << ": " << r.output;
   }
 }

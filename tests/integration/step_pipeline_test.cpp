@@ -75,7 +75,7 @@ class StepPipeline : public ::testing::Test {
     config.max_batch = 8;
     config.log_name = name;
     config.extra_args = std::move(flags);
-    // Int8 activations (auto) apply to matmuls of at most 16 rows only, so a sequence's numbers
+    // Int8 activations (auto) apply to matmuls of at most 8 rows only, so a sequence's numbers
     // would depend on what shares its batch: off, so the concurrent test can expect the outputs
     // of requests run alone.
     config.extra_args.insert(config.extra_args.end(), {"--page-size", "16", "--int8-activations", "off"});

@@ -50,10 +50,11 @@ TEST(Int8Activations, OneRule) {
   using M = Int8Activations;
   EXPECT_FALSE(use_int8_activations(M::kOff, 4, Codebook::kMul1, 1));
   EXPECT_TRUE(use_int8_activations(M::kAuto, 4, Codebook::kMul1, 1));
-  EXPECT_TRUE(use_int8_activations(M::kAuto, 6, Codebook::kMul1, 16));
+  EXPECT_TRUE(use_int8_activations(M::kAuto, 6, Codebook::kMul1, kInt8ActivationsMaxRows));
+  EXPECT_FALSE(use_int8_activations(M::kAuto, 6, Codebook::kMul1, kInt8ActivationsMaxRows + 1));
   EXPECT_FALSE(use_int8_activations(M::kAuto, 7, Codebook::kMul1, 1));
   EXPECT_TRUE(use_int8_activations(M::kOn, 8, Codebook::kMul1, 1));
-  EXPECT_FALSE(use_int8_activations(M::kOn, 4, Codebook::kMul1, 17));
+  EXPECT_FALSE(use_int8_activations(M::kOn, 4, Codebook::kMul1, kInt8ActivationsMaxRows + 1));
   EXPECT_FALSE(use_int8_activations(M::kOn, 4, Codebook::kMul1, 0));
   EXPECT_FALSE(use_int8_activations(M::kOn, 4, Codebook::k3Inst, 1));
   EXPECT_FALSE(use_int8_activations(M::kOn, 4, Codebook::kMcg, 1));
