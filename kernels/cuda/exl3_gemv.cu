@@ -9,8 +9,9 @@
 //     (the affine map applied to the sums), 3INST/MCG as undivided halves against a doubled k;
 //   - the products run on the tensor cores with fp32 sums, A fragments read from shared memory,
 //     where the block staged its k-slice of A once.
-// The linear variant computes that slice of A itself from x (⊙ suh, 128-point Hadamard, fp16:
-// exactly the input transform) and writes one partial product per k-slice for the output pass
+// The linear variant copies that slice of A from the prestaged A (exl3_gemv_stage.cu, from 8
+// rows on) or computes it itself from x (⊙ suh, 128-point Hadamard, fp16: exactly the input
+// transform either way), and writes one partial product per k-slice for the output pass
 // (exl3_gemv_output.cu) to sum: deterministic, no memset, no atomics. The bare variant
 // (launch_exl3_gemv) reads A and adds its slices into a zeroed C with atomics. The launch shape
 // comes from exl3_gemv_plan.h.
@@ -374,11 +375,11 @@ int64_t total_columns(std::span<const Exl3LinearParams> ps) {
 }
 
 // Stages A for the fp16 linear kernel into ps[0].scratch_a (per problem: the staged words, then
-// for MUL1 the row sums, 16-byte aligned) and points the problems at it; false (nothing launched)
-// where the rows are too few or scratch_a too small.
-bool prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
+// for MUL1 the row sums, 16-byte aligned) and points the problems at it. Where the rows are too
+// few or scratch_a too small nothing is launched and the kernel's blocks stage their own slices.
+void prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
   const Exl3LinearParams& p0 = ps[0];
-  if (p0.m < kGemvPrestageMinRows || p0.scratch_a == nullptr) return false;
+  if (p0.m < kGemvPrestageMinRows || p0.scratch_a == nullptr) return;
   const int mb = m_blocks(p0.m);
   const bool doubled = p0.codebook != Codebook::kMul1 && mb == 1;
   const bool sums = p0.codebook == Codebook::kMul1;
@@ -386,7 +387,7 @@ bool prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t
   const int64_t sum_words = sums ? (p0.m * (p0.k / wht128::kBlock) + 3) / 4 * 4 : 0;
   const int64_t problem_words = staged_words + sum_words;
   const int64_t capacity = p0.scratch_a_halves > 0 ? p0.scratch_a_halves : p0.m * p0.k;
-  if (static_cast<int64_t>(ps.size()) * problem_words * 2 > capacity) return false;
+  if (static_cast<int64_t>(ps.size()) * problem_words * 2 > capacity) return;
   GemvStageArgs s{};
   s.x = p0.x;
   s.m = static_cast<int>(p0.m);
@@ -407,7 +408,6 @@ bool prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t
     args.problem[i].prestaged_sums = row_sums;
   }
   launch_gemv_stage(s, stream);
-  return true;
 }
 
 }  // namespace

@@ -51,7 +51,8 @@ struct Exl3LinearParams {
   // (m <= 4) keep one partial product per k-slice there instead of adding them with atomics.
   int64_t scratch_c_floats = 0;
   // Capacity of scratch_a in halves (at least m·k; 0 reads as m·k). Where it holds the few-rows
-  // path's prestaged A (gemv_prestage_halves), that path transforms x once instead of per block.
+  // path's prestaged A (8 rows or more: the staged layout of every grouped linear and MUL1's row
+  // sums, exl3_gemv.cu), that path transforms x once instead of in every block.
   int64_t scratch_a_halves = 0;
   // The few-rows path quantizes the transformed input to int8 per 128 inputs
   // (kernels/int8_activations.h): MUL1 only, m <= 32 (EXL3_CHECK in the grouped launch). Where
