@@ -43,12 +43,6 @@ using namespace gemv;  // NOLINT: the layout constants and the planner
 
 using trellis::kTileSize;
 
-// Staged A: the layout of exl3_gemv_common.cuh (fragment_half, doubled_word).
-template <Codebook kCodebook, int kMBlocks>
-constexpr bool doubled_k() {
-  return kCodebook != Codebook::kMul1 && kMBlocks == 1;
-}
-
 // MUL1 (§5): value = fp16(h · KINV + KBIAS) with h = 1024 + byte sum, an integer that fp16 holds
 // exactly. The mma multiplies A by h itself (products exact in fp32, sums in fp32) and the affine
 // map is applied to the sums: Σ value·x = KINV · Σ h·x + KBIAS · Σ x. This skips the per-weight
@@ -122,15 +116,7 @@ __device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* 
     const int kk0 = (job % blocks) * wht128::kBlock + wht128::kPerLane * lane;
     float v[wht128::kPerLane];
     staged_values<kLinear>(args, suh, row, k0 + kk0, lane, v);
-    const int block_words = (row / 16) * num_tiles * kTileWords;
-    float sum = 0.0f;
-#pragma unroll
-    for (int e = 0; e < wht128::kPerLane; ++e) {
-      const int kk = kk0 + e;
-      const __half h = __float2half_rn(v[e]);
-      sum += __half2float(h);
-      put_staged<kDoubled>(staged + block_words + kk / kTileSize * kTileWords, row % 16, kk % kTileSize, h);
-    }
+    float sum = put_staged_values<kDoubled>(staged + (row / 16) * num_tiles * kTileWords, row % 16, kk0, v);
     if constexpr (kRowSums) {
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
@@ -161,7 +147,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
   const GemvProblem pr = block_problem(args);
   const WarpWork work = warp_work(args, pr, warp);
 
-  constexpr bool kDoubled = doubled_k<kCodebook, kMBlocks>();
+  constexpr bool kDoubled = staged_doubled(kCodebook == Codebook::kMul1, kMBlocks);
   constexpr bool kMul1 = kCodebook == Codebook::kMul1;
   constexpr int kTileFrags = staged_words_per_tile(kDoubled) / 4;  // uint4 per staged tile
   __shared__ __align__(16) uint32_t ring[kWarps][ring_words(kBits)];
@@ -301,7 +287,7 @@ int assign_blocks(GemvArgs& args, const GemvGrid& plan) {
 // any launch of it takes is allowed once per device.
 template <int kBits, Codebook kCodebook, int kMBlocks, bool kLinear>
 void launch_instance(const GemvArgs& args, dim3 grid, cudaStream_t stream) {
-  constexpr bool kDoubled = doubled_k<kCodebook, kMBlocks>();
+  constexpr bool kDoubled = staged_doubled(kCodebook == Codebook::kMul1, kMBlocks);
   allow_shared_bytes<exl3_gemv_kernel<kBits, kCodebook, kMBlocks, kLinear>>(
       static_cast<size_t>(staged_bytes(kMBlocks, max_tiles_per_slice(kBits, kMBlocks, kDoubled), kDoubled)));
   launch_dependent_smem(exl3_gemv_kernel<kBits, kCodebook, kMBlocks, kLinear>, grid, kThreads,
@@ -381,7 +367,7 @@ void prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t
   const Exl3LinearParams& p0 = ps[0];
   if (p0.m < kGemvPrestageMinRows || p0.scratch_a == nullptr) return;
   const int mb = m_blocks(p0.m);
-  const bool doubled = p0.codebook != Codebook::kMul1 && mb == 1;
+  const bool doubled = staged_doubled(p0.codebook == Codebook::kMul1, mb);
   const bool sums = p0.codebook == Codebook::kMul1;
   const int64_t staged_words = mb * (p0.k / kTileSize) * staged_words_per_tile(doubled);
   const int64_t sum_words = sums ? (p0.m * (p0.k / wht128::kBlock) + 3) / 4 * 4 : 0;
@@ -401,9 +387,7 @@ void prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t
   for (int i = 0; i < s.problems; ++i) {
     uint32_t* staged = words + i * problem_words;
     float* row_sums = sums ? reinterpret_cast<float*>(staged + staged_words) : nullptr;
-    s.suh[i] = ps[static_cast<size_t>(i)].suh;
-    s.staged[i] = staged;
-    s.sums[i] = row_sums;
+    s.problem[i] = {ps[static_cast<size_t>(i)].suh, staged, row_sums};
     args.problem[i].prestaged = staged;
     args.problem[i].prestaged_sums = row_sums;
   }

@@ -261,10 +261,33 @@ __device__ __forceinline__ void put_staged(uint32_t* tile_words, int r, int kk, 
   }
 }
 
+// Rounds the lane's 4 staged values (inputs kk0 .. kk0 + 3 of the tiles at `tiles`, row r of their
+// 16-row block) to fp16, puts them in the staged layout and returns the lane's sum of the rounded
+// values (MUL1's row sums).
+template <bool kDoubled>
+__device__ __forceinline__ float put_staged_values(uint32_t* tiles, int r, int kk0, const float (&v)[wht128::kPerLane]) {
+  constexpr int kTileWords = staged_words_per_tile(kDoubled);
+  float sum = 0.0f;
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) {
+    const int kk = kk0 + e;
+    const __half h = __float2half_rn(v[e]);
+    sum += __half2float(h);
+    put_staged<kDoubled>(tiles + kk / trellis::kTileSize * kTileWords, r, kk % trellis::kTileSize, h);
+  }
+  return sum;
+}
+
 // The staging of A ahead of the fp16 linear kernel: for each of its problems, x's transform
-// (exactly the values the kernel would stage itself) over the whole k into staged[p] (rows up to
-// 16 · m_blocks, those >= m zero) and, with row_sums, every (row < m, 128-input block)'s sum of the
-// staged values into sums[p]. One warp per (problem, row, block); a dependent launch.
+// (exactly the values the kernel would stage itself) over the whole k into its staged A (rows up
+// to 16 · m_blocks, those >= m zero) and, with row_sums, every (row < m, 128-input block)'s sum of
+// the staged values into its sums. One warp per (problem, row, block); a dependent launch.
+struct GemvStageProblem {
+  const __half* suh;
+  uint32_t* staged;  // [m_blocks][k tiles][staged_words_per_tile]
+  float* sums;       // [m][k / 128], with row_sums
+};
+
 struct GemvStageArgs {
   const __half* x;  // [m, in_features]
   int m;
@@ -274,9 +297,7 @@ struct GemvStageArgs {
   int problems;
   bool doubled;
   bool row_sums;
-  const __half* suh[kMaxProblems];
-  uint32_t* staged[kMaxProblems];
-  float* sums[kMaxProblems];
+  GemvStageProblem problem[kMaxProblems];
 };
 
 void launch_gemv_stage(const GemvStageArgs& args, cudaStream_t stream);

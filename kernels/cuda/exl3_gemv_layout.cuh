@@ -23,6 +23,10 @@ constexpr int kMaxProblems = 3;                // linears of one input in one la
 
 __host__ __device__ constexpr int staged_words_per_tile(bool doubled) { return doubled ? 2 * kFragmentWords : kFragmentWords; }
 
+// Whether the staged A takes the doubled layout (exl3_gemv_common.cuh): 3INST and MCG (not MUL1)
+// with one m-block.
+__host__ __device__ constexpr bool staged_doubled(bool mul1, int m_blocks) { return !mul1 && m_blocks == 1; }
+
 // Trellis words travel through a per-warp ring in shared memory (cp.async, ring_stages stages of
 // kStageTiles tiles, all but one in flight): deep enough to keep HBM busy without spending
 // registers on loads in flight. One 16-byte cp.async per lane moves 512 bytes per warp. Wider

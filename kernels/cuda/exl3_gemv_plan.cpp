@@ -37,8 +37,7 @@ int m_blocks(int64_t m) { return static_cast<int>((m + 15) / 16); }
 
 namespace {
 
-// Whether 3INST/MCG take the doubled k (one m-block), and the fp16 kernel's resident blocks.
-bool doubled(Codebook codebook, int64_t m) { return codebook != Codebook::kMul1 && m_blocks(m) == 1; }
+// The fp16 kernel's resident blocks.
 int resident_blocks(int64_t m) { return blocks_per_sm(m_blocks(m)); }
 
 // Resident int8 blocks: registers (the launch bounds) or shared memory (an SM's 227 KiB, 1 KiB of
@@ -66,7 +65,7 @@ GemvKernelShape gemv_kernel_shape(int64_t m, int bits, Codebook codebook, bool i
   GemvKernelShape s;
   s.blocks_per_sm = resident_blocks(m);
   s.saturating_blocks = s.blocks_per_sm;
-  s.max_tiles = max_tiles_per_slice(bits, m_blocks(m), doubled(codebook, m));
+  s.max_tiles = max_tiles_per_slice(bits, m_blocks(m), staged_doubled(codebook == Codebook::kMul1, m_blocks(m)));
   s.granule_tiles = kSliceTiles;
   // Prestaged A (kGemvPrestageMinRows rows on): a longer slice costs no more staging, so its fewer
   // partial products are what the model weighs. Below, and in the int8 kernel, every block of a

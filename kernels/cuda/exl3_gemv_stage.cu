@@ -34,30 +34,22 @@ __global__ void __launch_bounds__(kStageWarps * kWarpSize) gemv_stage_kernel(Gem
   const int problem = static_cast<int>(job / (rows * k_blocks));
   const int row = static_cast<int>(job / k_blocks % rows);
   const int64_t block = job % k_blocks;
-  const __half* suh = problem == 0 ? a.suh[0] : problem == 1 ? a.suh[1] : a.suh[2];
-  uint32_t* staged = problem == 0 ? a.staged[0] : problem == 1 ? a.staged[1] : a.staged[2];
+  // Selected field by field: no indexing into the parameter array.
+  const GemvStageProblem p = problem == 0 ? a.problem[0] : problem == 1 ? a.problem[1] : a.problem[2];
   const int kk0 = wht128::kPerLane * lane;  // within the block
   float v[wht128::kPerLane] = {};
   if (row < a.m) {  // uniform over the warp
-    linear_input_values(a.x, a.in_features, suh, row, block * wht128::kBlock + kk0, v);
+    linear_input_values(a.x, a.in_features, p.suh, row, block * wht128::kBlock + kk0, v);
     transform_values(v, lane);
   }
   constexpr int kTileWords = staged_words_per_tile(kDoubled);
   const int64_t k_tiles = a.k / kTileSize;
-  uint32_t* block_tiles = staged + ((row / 16) * k_tiles + block * (wht128::kBlock / kTileSize)) * kTileWords;
-  float sum = 0.0f;
-#pragma unroll
-  for (int e = 0; e < wht128::kPerLane; ++e) {
-    const int kk = kk0 + e;
-    const __half h = __float2half_rn(v[e]);
-    sum += __half2float(h);
-    put_staged<kDoubled>(block_tiles + kk / kTileSize * kTileWords, row % 16, kk % kTileSize, h);
-  }
+  uint32_t* block_tiles = p.staged + ((row / 16) * k_tiles + block * (wht128::kBlock / kTileSize)) * kTileWords;
+  float sum = put_staged_values<kDoubled>(block_tiles, row % 16, kk0, v);
   if (!a.row_sums || row >= a.m) return;
 #pragma unroll
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
-  float* sums = problem == 0 ? a.sums[0] : problem == 1 ? a.sums[1] : a.sums[2];
-  if (lane == 0) sums[row * k_blocks + block] = sum;
+  if (lane == 0) p.sums[row * k_blocks + block] = sum;
 }
 
 }  // namespace
@@ -73,9 +65,10 @@ void launch_gemv_stage(const GemvStageArgs& args, cudaStream_t stream) {
              "gemv stage: k ", args.k, " in_features ", args.in_features);
   EXL3_CHECK(args.x != nullptr, "gemv stage: null x");
   for (int i = 0; i < args.problems; ++i) {
-    EXL3_CHECK(args.suh[i] != nullptr && args.staged[i] != nullptr && (!args.row_sums || args.sums[i] != nullptr),
-               "gemv stage: problem ", i, ": null pointer");
-    EXL3_CHECK(reinterpret_cast<uintptr_t>(args.staged[i]) % 16 == 0, "gemv stage: problem ", i,
+    const GemvStageProblem& p = args.problem[i];
+    EXL3_CHECK(p.suh != nullptr && p.staged != nullptr && (!args.row_sums || p.sums != nullptr), "gemv stage: problem ",
+               i, ": null pointer");
+    EXL3_CHECK(reinterpret_cast<uintptr_t>(p.staged) % 16 == 0, "gemv stage: problem ", i,
                ": staged A must be 16-byte aligned");
   }
   const int64_t jobs = args.problems * 16 * args.m_blocks * (args.k / wht128::kBlock);
