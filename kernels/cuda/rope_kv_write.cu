@@ -3,7 +3,9 @@
 // same arithmetic (fp32 rotation, one rounding to fp16), so the results are those of the three
 // launches. Grid (tokens, head groups): a block either rotates kHeadsPerBlock query heads in place,
 // or rotates kHeadsPerBlock key heads (in place and into the cache) and copies their values. A
-// dependent launch (dependent_launch.cuh): its blocks are scheduled while the kernel before it ends.
+// dependent launch (dependent_launch.cuh): its blocks are scheduled while the kernel before it ends,
+// and after the wait a thread's first values load with the token's metadata (one round trip to
+// memory, then the page table for keys), each pair's angle computed where it is used.
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -19,7 +21,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kHeadsPerBlock = 4;
-constexpr int64_t kMaxHalf = 6144;  // cos and sin tables in (static-limit) dynamic shared memory
+constexpr int64_t kMaxHalf = 6144;
 
 struct Args {
   __half* q;
@@ -37,59 +39,77 @@ struct Args {
   int64_t num_seqs, max_pages, page_size, num_pages;
 };
 
+// The rotation of element pair (d, d + half) at `pos`, as rope_kernel: fp32, one rounding each.
+__device__ __forceinline__ void rotate(float x1, float x2, float freq, int32_t pos, float scaling, __half& r1,
+                                       __half& r2) {
+  const float angle = __fmul_rn(static_cast<float>(pos), freq);
+  float s, c;
+  sincosf(angle, &s, &c);
+  c *= scaling;
+  s *= scaling;
+  r1 = __float2half_rn(x1 * c - x2 * s);
+  r2 = __float2half_rn(x2 * c + x1 * s);
+}
+
 __global__ void rope_kv_write_kernel(const Args a) {
-  extern __shared__ float cos_sin[];  // [half] cos, then [half] sin
   allow_dependents();
-  wait_for_prerequisites();  // positions and q, k, v come from earlier kernels of the step
   const int64_t t = blockIdx.x;
-  const int32_t pos = a.positions[t];
-  for (int i = static_cast<int>(threadIdx.x); i < a.half; i += static_cast<int>(blockDim.x)) {
-    const float angle = __fmul_rn(static_cast<float>(pos), a.inv_freq[i]);  // as rope_kernel
-    float s, c;
-    sincosf(angle, &s, &c);
-    cos_sin[i] = c * a.attention_scaling;
-    cos_sin[a.half + i] = s * a.attention_scaling;
-  }
-  __syncthreads();
   const bool keys = static_cast<int>(blockIdx.y) >= a.q_groups;
   const int group = keys ? static_cast<int>(blockIdx.y) - a.q_groups : static_cast<int>(blockIdx.y);
   const int heads = keys ? a.kv_heads : a.heads;
   const int first_head = group * kHeadsPerBlock;
   const int block_heads = min(kHeadsPerBlock, heads - first_head);
   __half* x = (keys ? a.k : a.q) + (t * heads + first_head) * a.head_dim;
+  const __half* v = a.v + (t * a.kv_heads + first_head) * a.head_dim;
+  // Pair i of the block is (d, d + half) of head i / half, d = i % half; elements past 2·half of a
+  // head (rotary_dim < head_dim) are copied unchanged.
+  const int pairs = block_heads * a.half;
+  const int elements = block_heads * a.head_dim;
+  const int tid = static_cast<int>(threadIdx.x);
+  const auto pair_at = [&](int i) { return i / a.half * a.head_dim + i % a.half; };
+  // The thread's first pair: its frequency (a constant of the model) before the wait, its values
+  // right after it, in flight with the token's metadata; the cache slot (keys) needs the page
+  // table, read once the metadata is here.
+  const float freq0 = tid < pairs ? a.inv_freq[tid % a.half] : 0.0f;
+  wait_for_prerequisites();  // positions and q, k, v come from earlier kernels of the step
+  const int32_t pos = a.positions[t];
+  const int32_t seq = keys ? a.token_seq[t] : 0;
+  float x1 = 0.0f, x2 = 0.0f;
+  if (tid < pairs) {
+    x1 = __half2float(x[pair_at(tid)]);
+    x2 = __half2float(x[pair_at(tid) + a.half]);
+  }
+  const __half v0 = keys && tid < elements ? v[tid] : __float2half_rn(0.0f);
 
   // The cache slot of this token (keys only); metadata outside the cache traps, as kv_write.
   int64_t slot = 0;
   if (keys) {
-    const int32_t seq = a.token_seq[t];
     if (seq < 0 || seq >= a.num_seqs || pos < 0 || pos / a.page_size >= a.max_pages) __trap();
     const int32_t page = a.page_table[seq * a.max_pages + pos / a.page_size];
     if (page < 0 || page >= a.num_pages) __trap();
     slot = ((static_cast<int64_t>(page) * a.page_size + pos % a.page_size) * a.kv_heads + first_head) * a.head_dim;
   }
-  // Element d of a head: d < half rotates the pair (d, d + half); half <= d < 2·half is done with
-  // its partner; d >= rotary_dim (2·half) is copied unchanged.
-  const int elements = block_heads * a.head_dim;
-  for (int idx = static_cast<int>(threadIdx.x); idx < elements; idx += static_cast<int>(blockDim.x)) {
-    const int d = idx % a.head_dim;
-    const int base = idx - d;
-    if (d < a.half) {
-      const float x1 = __half2float(x[base + d]);
-      const float x2 = __half2float(x[base + d + a.half]);
-      const float c = cos_sin[d];
-      const float s = cos_sin[a.half + d];
-      const __half r1 = __float2half_rn(x1 * c - x2 * s);
-      const __half r2 = __float2half_rn(x2 * c + x1 * s);
-      x[base + d] = r1;
-      x[base + d + a.half] = r2;
-      if (keys) {
-        a.k_pages[slot + base + d] = r1;
-        a.k_pages[slot + base + d + a.half] = r2;
-      }
-    } else if (keys && d >= 2 * a.half) {
-      a.k_pages[slot + idx] = x[idx];
+  for (int i = tid; i < pairs; i += static_cast<int>(blockDim.x)) {
+    const int at = pair_at(i);
+    float f = freq0;
+    if (i != tid) {
+      x1 = __half2float(x[at]);
+      x2 = __half2float(x[at + a.half]);
+      f = a.inv_freq[i % a.half];
     }
-    if (keys) a.v_pages[slot + idx] = a.v[(t * a.kv_heads + first_head) * a.head_dim + idx];
+    __half r1, r2;
+    rotate(x1, x2, f, pos, a.attention_scaling, r1, r2);
+    x[at] = r1;
+    x[at + a.half] = r2;
+    if (keys) {
+      a.k_pages[slot + at] = r1;
+      a.k_pages[slot + at + a.half] = r2;
+    }
+  }
+  if (!keys) return;
+  for (int idx = tid; idx < elements; idx += static_cast<int>(blockDim.x)) {
+    a.v_pages[slot + idx] = idx == tid ? v0 : v[idx];
+    if (idx % a.head_dim >= 2 * a.half) a.k_pages[slot + idx] = x[idx];
   }
 }
 
@@ -135,9 +155,8 @@ void launch_rope_kv_write(const RopeKvWriteParams& p, cudaStream_t stream) {
                b.max_pages,
                b.page_size,
                p.num_pages};
-  const size_t smem = 2 * sizeof(float) * static_cast<size_t>(p.rotary_dim / 2);
   launch_dependent_smem(rope_kv_write_kernel, dim3(static_cast<unsigned>(b.tokens), static_cast<unsigned>(q_groups + kv_groups)),
-                        dim3(kThreads), smem, stream, a);
+                        dim3(kThreads), 0, stream, a);
   EXL3_CUDA_CHECK_LAUNCH();
 }
 
