@@ -24,6 +24,19 @@ void Backend::linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, T
   add(residual, out);
 }
 
+void Backend::norm_linears(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
+                           std::span<const LinearWeights* const> ws, std::span<Tensor> ys) {
+  rms_norm(x, norm_weight, eps, h);
+  linears(ws, h, ys);
+}
+
+void Backend::norm_gate_up_silu(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
+                                const LinearWeights& gate, const LinearWeights& up, Tensor& gate_out, Tensor& up_out,
+                                Tensor& act) {
+  rms_norm(x, norm_weight, eps, h);
+  gate_up_silu(gate, up, h, gate_out, up_out, act);
+}
+
 void Backend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq, float attention_scaling,
                             PagedKv& cache, const StepMeta& meta) {
   rope(q, meta.positions, inv_freq, attention_scaling);

@@ -254,6 +254,15 @@ class Backend {
   // residual (F32) += x · w; out (F32, residual's shape) is scratch the composition may use.
   virtual void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual);
 
+  // h = rms_norm(x, norm_weight, eps), then linears(ws, h, ys) / gate_up_silu(gate, up, h, ...): a
+  // layer's norm and the linears that read it (CUDA, for a row or two: the matmul normalizes x as it
+  // stages it, with no RMSNorm launch, and h is not written). h (A [rows, dim]) is scratch.
+  virtual void norm_linears(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
+                            std::span<const LinearWeights* const> ws, std::span<Tensor> ys);
+  virtual void norm_gate_up_silu(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
+                                 const LinearWeights& gate, const LinearWeights& up, Tensor& gate_out, Tensor& up_out,
+                                 Tensor& act);
+
   // rope(q), rope(k), then kv_write(cache, k, v, meta): a step's positional rotation and cache write
   // (CUDA: one launch).
   virtual void rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq, float attention_scaling,

@@ -299,6 +299,25 @@ class CudaBackend final : public Backend {
     }
   }
 
+  void norm_linears(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
+                    std::span<const LinearWeights* const> ws, std::span<Tensor> ys) override {
+    const FusedNorm norm{x, norm_weight, eps};
+    if (!cuda_fused_linears(linear_context(), ws, h, ys, GemvEpilogue::kStore, &norm)) {
+      Backend::norm_linears(x, norm_weight, eps, h, ws, ys);
+    }
+  }
+
+  void norm_gate_up_silu(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h, const LinearWeights& gate,
+                         const LinearWeights& up, Tensor& gate_out, Tensor& up_out, Tensor& act) override {
+    const LinearWeights* ws[] = {&gate, &up};
+    Tensor ys[] = {act, up_out};  // the gated product lands in the first output
+    const FusedNorm norm{x, norm_weight, eps};
+    const bool shaped = act.dtype() == DType::kF16 && act.shape() == gate_out.shape();
+    if (!shaped || !cuda_fused_linears(linear_context(), ws, h, ys, GemvEpilogue::kSiluMul, &norm)) {
+      Backend::norm_gate_up_silu(x, norm_weight, eps, h, gate, up, gate_out, up_out, act);
+    }
+  }
+
   void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual) override {
     const LinearWeights* ws[] = {&w};
     Tensor ys[] = {residual};

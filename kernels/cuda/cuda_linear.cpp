@@ -131,13 +131,25 @@ void cuda_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Ten
 }
 
 bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeights* const> ws, const Tensor& x,
-                        std::span<Tensor> ys, GemvEpilogue epilogue) {
+                        std::span<Tensor> ys, GemvEpilogue epilogue, const FusedNorm* norm) {
   const int64_t m = x.rank() == 2 ? x.dim(0) : 0;
   if (m < 1 || m > kGemvMaxRows || ws.size() != ys.size() || ws.empty() || ws.size() > 3) return false;
+  if (norm != nullptr) {
+    const int64_t dim = x.dim(1);
+    if (m > kGemvNormMaxRows || norm->x.dtype() != DType::kF32 || norm->x.shape() != Shape({m, dim}) ||
+        norm->weight.dtype() != DType::kF32 || norm->weight.numel() != dim) {
+      return false;
+    }
+  }
   std::array<Exl3LinearParams, 3> params;
   for (size_t i = 0; i < ws.size(); ++i) {
     if (!ws[i]->is_exl3) return false;
     params[i] = checked_linear(ctx, *ws[i], x, ys[i]);
+    if (norm != nullptr) {
+      params[i].norm_x = ptr<float>(norm->x);
+      params[i].norm_weight = ptr<float>(norm->weight);
+      params[i].norm_eps = norm->eps;
+    }
   }
   const std::span<const Exl3LinearParams> ps(params.data(), ws.size());
   const int64_t floats = ctx.scratch_rows * ctx.scratch_features;

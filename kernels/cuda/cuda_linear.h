@@ -41,7 +41,15 @@ void cuda_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Ten
 // One GEMV launch and one output launch for 1..3 EXL3 linears of x (Backend::linears,
 // gate_up_silu, linear_add through `epilogue`) when they share their shape and format and the
 // few-rows path has room (exl3_gemv.cuh); false, with nothing queued, otherwise.
+// With `norm`, x (F16, shape only: not read) stands for rms_norm(norm.x, norm.weight, norm.eps),
+// which the matmul computes as it stages its input (Backend::norm_linears, norm_gate_up_silu): only
+// up to kGemvNormMaxRows rows of an F32 norm.x, false otherwise.
+struct FusedNorm {
+  const Tensor& x;
+  const Tensor& weight;
+  float eps;
+};
 bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeights* const> ws, const Tensor& x,
-                        std::span<Tensor> ys, GemvEpilogue epilogue);
+                        std::span<Tensor> ys, GemvEpilogue epilogue, const FusedNorm* norm = nullptr);
 
 }  // namespace exl3

@@ -43,6 +43,9 @@ using namespace gemv;  // NOLINT: the layout constants and the planner
 
 using trellis::kTileSize;
 
+// The fused RMSNorm's rows: the kernels' norm scales, and only rows whose blocks stage A themselves.
+static_assert(kGemvNormMaxRows == kMaxNormRows && kGemvNormMaxRows < kGemvPrestageMinRows);
+
 // MUL1 (§5): value = fp16(h · KINV + KBIAS) with h = 1024 + byte sum, an integer that fp16 holds
 // exactly. The mma multiplies A by h itself (products exact in fp32, sums in fp32) and the affine
 // map is applied to the sums: Σ value·x = KINV · Σ h·x + KBIAS · Σ x. This skips the per-weight
@@ -97,7 +100,7 @@ __device__ __forceinline__ void copy_prestaged_slice(const GemvArgs& args, const
 // exl3_input_transform_kernel. Bare: A copied.
 template <int kMBlocks, bool kLinear, bool kDoubled, bool kRowSums>
 __device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* suh, int64_t k0, int num_tiles,
-                                            uint32_t* staged, float* row_sums) {
+                                            uint32_t* staged, float* row_sums, const float* norm_scales) {
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);
   constexpr int kTileWords = staged_words_per_tile(kDoubled);
@@ -115,7 +118,7 @@ __device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* 
     const int row = job / blocks;
     const int kk0 = (job % blocks) * wht128::kBlock + wht128::kPerLane * lane;
     float v[wht128::kPerLane];
-    staged_values<kLinear>(args, suh, row, k0 + kk0, lane, v);
+    staged_values<kLinear>(args, suh, row, k0 + kk0, lane, v, norm_scales);
     float sum = put_staged_values<kDoubled>(staged + (row / 16) * num_tiles * kTileWords, row % 16, kk0, v);
     if constexpr (kRowSums) {
 #pragma unroll
@@ -162,11 +165,13 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
   stream.prime(num_stages);
   wait_for_prerequisites();
 
+  __shared__ float norm[kLinear ? kNormWords : 1];  // the fused RMSNorm's (args.norm_x)
   if (kLinear && pr.prestaged != nullptr) {
     copy_prestaged_slice<kMBlocks, kDoubled, kMul1>(args, pr, work.tk_begin, work.num_tiles, staged, row_sums);
   } else {
+    if (kLinear && args.norm_x != nullptr) block_norm_scales(args, norm);
     stage_slice<kMBlocks, kLinear, kDoubled, kMul1>(args, pr.suh, work.tk_begin * kTileSize, work.num_tiles, staged,
-                                                    row_sums);
+                                                    row_sums, norm + kMaxNormRows * kWarps);
   }
   __syncthreads();
 
@@ -343,11 +348,13 @@ void launch_exl3_gemv(const Exl3GemmParams& p, int sm_count, cudaStream_t stream
 
 namespace {
 
-// The grouped linear's common shape: m, k, in_features, bits and codebook of every problem agree.
+// The grouped linear's common shape: x (or its fused RMSNorm), m, k, in_features, bits and codebook
+// of every problem agree.
 bool same_kind(std::span<const Exl3LinearParams> ps) {
   for (const Exl3LinearParams& p : ps) {
     if (p.m != ps[0].m || p.k != ps[0].k || p.in_features != ps[0].in_features || p.bits != ps[0].bits ||
-        p.codebook != ps[0].codebook || p.x != ps[0].x) {
+        p.codebook != ps[0].codebook || p.x != ps[0].x || p.norm_x != ps[0].norm_x ||
+        p.norm_weight != ps[0].norm_weight || p.norm_eps != ps[0].norm_eps) {
       return false;
     }
   }
@@ -365,7 +372,7 @@ int64_t total_columns(std::span<const Exl3LinearParams> ps) {
 // few or scratch_a too small nothing is launched and the kernel's blocks stage their own slices.
 void prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
   const Exl3LinearParams& p0 = ps[0];
-  if (p0.m < kGemvPrestageMinRows || p0.scratch_a == nullptr) return;
+  if (p0.m < kGemvPrestageMinRows || p0.scratch_a == nullptr || p0.norm_x != nullptr) return;
   const int mb = m_blocks(p0.m);
   const bool doubled = staged_doubled(p0.codebook == Codebook::kMul1, mb);
   const bool sums = p0.codebook == Codebook::kMul1;
@@ -416,13 +423,15 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
                               GemvEpilogue epilogue, int sm_count, cudaStream_t stream) {
   EXL3_CHECK(!ps.empty() && static_cast<int>(ps.size()) <= kMaxProblems, "1..", kMaxProblems, " linears, got ",
              ps.size());
-  EXL3_CHECK(same_kind(ps), "grouped linears must share x, m, k, in_features, bits and codebook");
+  EXL3_CHECK(same_kind(ps), "grouped linears must share x (or its fused RMSNorm), m, k, in_features, bits and codebook");
   EXL3_CHECK(epilogue != GemvEpilogue::kSiluMul || ps.size() == 2, "silu-mul takes gate and up");
   const Exl3LinearParams& p0 = ps[0];
   for (const Exl3LinearParams& p : ps) {
     check_gemv_shape(p.m, p.k, p.n, p.bits, sm_count);
     EXL3_CHECK(reinterpret_cast<uintptr_t>(p.trellis) % 16 == 0, "trellis must be 16-byte aligned");
   }
+  EXL3_CHECK(p0.norm_x == nullptr || (p0.norm_weight != nullptr && p0.m <= kGemvNormMaxRows),
+             "the fused RMSNorm takes its weight and at most ", kGemvNormMaxRows, " rows, got ", p0.m);
   const bool int8 = p0.int8_activations;
   EXL3_CHECK(!int8 || (p0.codebook == Codebook::kMul1 && p0.m <= kInt8MaxGroups * kInt8GroupRows),
              "int8 activations take MUL1 weights and at most ", kInt8MaxGroups * kInt8GroupRows, " rows, got codebook ",
@@ -443,6 +452,9 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
   args.k = p0.k;
   args.tiles_per_slice = static_cast<int>(plan.tiles_per_slice);
   args.problems = static_cast<int>(ps.size());
+  args.norm_x = p0.norm_x;
+  args.norm_weight = p0.norm_weight;
+  args.norm_eps = p0.norm_eps;
   float* partials = scratch;
   GemvOutputArgs out{};
   out.m = p0.m;

@@ -12,6 +12,10 @@
 namespace exl3 {
 
 constexpr int64_t kGemvMaxRows = 64;
+// Rows up to which the matmul can take its input's RMSNorm itself (Exl3LinearParams::norm_x): every
+// block sums each row's squares over the whole input, which past a row or two costs more L2 reads
+// than the RMSNorm launch it saves.
+constexpr int64_t kGemvNormMaxRows = 2;
 
 // C = A · Wq for 1 <= m <= kGemvMaxRows (A already transformed). Contract as launch_exl3_gemm
 // plus m in 1..kGemvMaxRows (EXL3_CHECK); sm_count is the device's SM count (it sizes the

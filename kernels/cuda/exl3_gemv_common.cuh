@@ -40,7 +40,13 @@ struct GemvArgs {
   int tiles_per_slice;      // multiple of kSliceTiles
   int problems;
   GemvProblem problem[kMaxProblems];
+  // Linear only, m <= kMaxNormRows: x is fp16(rms_norm(norm_x, norm_weight, norm_eps)), formed
+  // while staging (block_norm_scales, then input_values); null: x as given.
+  const float* norm_x = nullptr;  // F32 [m, in_features]
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.0f;
 };
+
 
 // The int8 kernel (exl3_gemv_int8.cu): linear variant, MUL1 only, 1 <= m <= kInt8MaxGroups ·
 // kInt8GroupRows; stage_blocks 1, or 2 where int8_wide_stages_allowed; grid (blocks per slice,
@@ -197,13 +203,58 @@ __device__ __forceinline__ void linear_input_values(const __half* x, int64_t in_
   }
 }
 
+// The RMSNorm scale 1 / sqrt(mean(x²) + eps) of each row of args.norm_x (m <= kMaxNormRows) into
+// norm[kMaxNormRows · kWarps + row] (norm: kNormWords of shared memory), every thread of the block
+// taking part (as rms_norm_kernel, up to the order of the sum). The caller synchronises before
+// reading them.
+__device__ __forceinline__ void block_norm_scales(const GemvArgs& args, float* norm) {
+  float* const scales = norm + kMaxNormRows * kWarps;
+  const int lane = static_cast<int>(threadIdx.x % kWarpSize);
+  const int warp = static_cast<int>(threadIdx.x / kWarpSize);
+  for (int row = 0; row < args.m; ++row) {
+    const float* x = args.norm_x + row * args.in_features;
+    float sum = 0.0f;
+#pragma unroll 8
+    for (int64_t i = threadIdx.x; i < args.in_features; i += kThreads) sum += x[i] * x[i];
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+    if (lane == 0) norm[row * kWarps + warp] = sum;
+  }
+  __syncthreads();
+  if (threadIdx.x < static_cast<unsigned>(args.m)) {
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += norm[threadIdx.x * kWarps + w];
+    scales[threadIdx.x] = 1.0f / sqrtf(total / static_cast<float>(args.in_features) + args.norm_eps);
+  }
+}
+
+// As linear_input_values for x = fp16(norm_x · scale · norm_weight) (rms_norm_kernel's rounding).
+__device__ __forceinline__ void norm_input_values(const GemvArgs& args, const __half* suh, float scale, int row,
+                                                  int64_t col0, float (&v)[wht128::kPerLane]) {
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) {
+    const int64_t col = col0 + e;
+    if (col < args.in_features) {
+      const __half h = __float2half_rn(args.norm_x[row * args.in_features + col] * scale * args.norm_weight[col]);
+      v[e] = __half2float(__hmul(h, suh[col]));
+    } else {
+      v[e] = 0.0f;
+    }
+  }
+}
+
 // The lane's 4 inputs col0 .. col0 + 3 of `row` (col0 = slice start + block + 4·lane) as the
-// staged A starts from them. Linear: linear_input_values. Bare: A.
+// staged A starts from them. Linear: linear_input_values, or norm_input_values with the row's
+// norm scale (norm_scales[row]: block_norm_scales' scales) where args.norm_x is set. Bare: A.
 template <bool kLinear>
 __device__ __forceinline__ void input_values(const GemvArgs& args, const __half* suh, int row, int64_t col0,
-                                             float (&v)[wht128::kPerLane]) {
+                                             float (&v)[wht128::kPerLane], const float* norm_scales = nullptr) {
   if constexpr (kLinear) {
-    linear_input_values(args.x, args.in_features, suh, row, col0, v);
+    if (args.norm_x != nullptr) {
+      norm_input_values(args, suh, norm_scales[row], row, col0, v);
+    } else {
+      linear_input_values(args.x, args.in_features, suh, row, col0, v);
+    }
   } else {
 #pragma unroll
     for (int e = 0; e < wht128::kPerLane; ++e) v[e] = __half2float(args.x[row * args.k + col0 + e]);
@@ -223,8 +274,8 @@ __device__ __forceinline__ void transform_values(float (&v)[wht128::kPerLane], i
 // their fp16 rounding.
 template <bool kLinear>
 __device__ __forceinline__ void staged_values(const GemvArgs& args, const __half* suh, int row, int64_t col0, int lane,
-                                              float (&v)[wht128::kPerLane]) {
-  input_values<kLinear>(args, suh, row, col0, v);
+                                              float (&v)[wht128::kPerLane], const float* norm_scales = nullptr) {
+  input_values<kLinear>(args, suh, row, col0, v, norm_scales);
   if constexpr (kLinear) transform_values(v, lane);
 }
 

@@ -76,7 +76,7 @@ __device__ __forceinline__ int side_index(int row, int block) {
 // input gets a NaN scale, so the row's outputs are NaN, as the fp16 path's would be.
 template <int kGroups>
 __device__ __forceinline__ void stage_slice_int8(const GemvArgs& args, const __half* suh, int64_t k0, int num_tiles,
-                                                 const Int8Smem& sm) {
+                                                 const Int8Smem& sm, const float* norm_scales) {
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);
   for (int i = static_cast<int>(threadIdx.x); i < kGroups * kMaxSliceBlocks * kInt8GroupRows; i += kThreads) {
@@ -96,7 +96,7 @@ __device__ __forceinline__ void stage_slice_int8(const GemvArgs& args, const __h
       const int job = first + b * kWarps;
       if (job < jobs) {
         input_values<true>(args, suh, job / blocks, k0 + (job % blocks) * wht128::kBlock + wht128::kPerLane * lane,
-                           v[b]);
+                           v[b], norm_scales);
       }
     }
 #pragma unroll
@@ -198,6 +198,7 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
   sm.scale = reinterpret_cast<float*>(sm.staged + args.m * sm.row_words);
   sm.qsum = sm.scale + kGroups * kMaxSliceBlocks * kInt8GroupRows;
   sm.row_bias = sm.qsum + kGroups * kMaxSliceBlocks * kInt8GroupRows;
+  float* const norm = sm.row_bias + kGroups * kInt8GroupRows;  // kNormWords: the fused RMSNorm's
   uint32_t* const ring = rings[warp];
 
   Ring stream(pr, work, ring, lane);
@@ -208,7 +209,8 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
   stream.prime(num_stages);
   wait_for_prerequisites();
 
-  stage_slice_int8<kGroups>(args, pr.suh, work.tk_begin * kTileSize, work.num_tiles, sm);
+  if (args.norm_x != nullptr) block_norm_scales(args, norm);
+  stage_slice_int8<kGroups>(args, pr.suh, work.tk_begin * kTileSize, work.num_tiles, sm, norm + kMaxNormRows * kWarps);
   __syncthreads();
 
   const trellis::LaneWindow window = trellis::lane_window<kBits>(lane);

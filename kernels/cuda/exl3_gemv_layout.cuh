@@ -78,7 +78,7 @@ __host__ __device__ constexpr int staged_bytes(int m_blocks, int tiles, bool dou
 // and streams the trellis in stages of one or two 128-input blocks (the quantization block,
 // kSliceTiles tiles each). Its shared memory is sized per launch (dynamic): the rings, the staged q
 // (per row 16 words a tile and 16 of padding, which spreads the rows over the banks), and per
-// (group, block, row) a scale and a scaled Σ q, and per row a bias.
+// (group, block, row) a scale and a scaled Σ q, per row a bias, and the fused RMSNorm's words.
 constexpr int kInt8GroupRows = 8;
 constexpr int kInt8MaxGroups = 4;
 constexpr int kMaxSliceBlocks = kMaxTilesPerSlice / kSliceTiles;
@@ -102,8 +102,13 @@ __host__ __device__ constexpr int int8_ring_words(int bits, int stage_blocks) { 
   return int8_ring_slots(bits) * stage_blocks * kSliceTiles * tile_words(bits);
 }
 __host__ __device__ constexpr int int8_row_words(int tiles) { return 16 * tiles + 16; }
+// The fused RMSNorm (kGemvNormMaxRows rows at most): its shared memory (block_norm_scales), per
+// row a sum per warp and the scale; the int8 kernel's is dynamic (its rings fill the static 48 KiB).
+constexpr int kMaxNormRows = 2;
+constexpr int kNormWords = kMaxNormRows * (kWarps + 1);
+
 __host__ __device__ constexpr int int8_side_words(int groups) {
-  return 2 * groups * kMaxSliceBlocks * kInt8GroupRows + groups * kInt8GroupRows;
+  return 2 * groups * kMaxSliceBlocks * kInt8GroupRows + groups * kInt8GroupRows + kNormWords;
 }
 __host__ __device__ constexpr int int8_smem_words(int bits, int m, int tiles, int stage_blocks) {
   return kWarps * int8_ring_words(bits, stage_blocks) + m * int8_row_words(tiles) + int8_side_words(int8_groups_of(m));

@@ -157,6 +157,7 @@ void launch_exl3_linear(const Exl3LinearParams& p, cudaStream_t stream) {
   }
   // Here with int8_activations only when scratch_c cannot hold the few-rows path's slices (a step
   // limit of very few rows): the linear runs with fp16 activations rather than fail.
+  EXL3_CHECK(p.norm_x == nullptr, "the fused RMSNorm needs the few-rows path (", p.m, " rows)");
   launch_exl3_input_transform(p, stream);
   Exl3GemmParams gemm;
   gemm.a = p.scratch_a;

@@ -58,6 +58,12 @@ struct Exl3LinearParams {
   // (kernels/int8_activations.h): MUL1 only, m <= 32 (EXL3_CHECK in the grouped launch). Where
   // scratch_c cannot hold that path's slices, launch_exl3_linear runs the fp16 path instead.
   bool int8_activations = false;
+  // The few-rows path's fused RMSNorm (m <= kGemvNormMaxRows, exl3_gemv.cuh): with norm_x set, the
+  // input is fp16(rms_norm(norm_x, norm_weight, norm_eps)) computed as the matmul stages it
+  // (norm_x F32 [m, in_features], norm_weight F32 [in_features]; x is not read).
+  const float* norm_x = nullptr;
+  const float* norm_weight = nullptr;
+  float norm_eps = 0.0f;
 };
 
 // Contract: as launch_exl3_gemm plus in_features in 1..k, out_features in 1..n. Numerics follow

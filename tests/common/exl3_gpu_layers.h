@@ -121,6 +121,10 @@ struct LinearCall {
   bool y_f32 = false;
   int64_t scratch_rows = 0;         // rows of n floats in scratch_c and of k halves in scratch_a (at least m)
   bool int8_activations = false;    // Exl3LinearParams::int8_activations
+  // Exl3LinearParams::norm_x: host F32 [m, in_features] normalized by the matmul (x is then unused).
+  const float* norm_x = nullptr;
+  const float* norm_weight = nullptr;  // host [in_features]
+  float norm_eps = 0.0f;
 };
 
 // Runs launch_exl3_linear and returns y [m, out_features] as floats. The output buffer carries a
@@ -163,6 +167,16 @@ inline std::vector<float> gpu_linear(const HostLayer& h, const DeviceLayer& d, c
   p.scratch_c_floats = scratch_rows * h.n;
   p.scratch_a_halves = scratch_rows * h.k;
   p.int8_activations = call.int8_activations;
+  const size_t norm_count = call.norm_x != nullptr ? x_count : 1;
+  DeviceBuffer<float> norm_x(norm_count);
+  DeviceBuffer<float> norm_weight(static_cast<size_t>(call.in_features));
+  if (call.norm_x != nullptr) {
+    norm_x.upload(call.norm_x, x_count);
+    norm_weight.upload(call.norm_weight, static_cast<size_t>(call.in_features));
+    p.norm_x = norm_x.get();
+    p.norm_weight = norm_weight.get();
+    p.norm_eps = call.norm_eps;
+  }
   launch_exl3_linear(p, nullptr);
   EXL3_CUDA_CHECK(cudaDeviceSynchronize());
 

@@ -466,7 +466,56 @@ std::vector<Check> run_linear_add(Backend& b, std::mt19937& rng, int64_t m, int 
   return {{"residual", to_host_f32(b, res), want, kExl3}};
 }
 
+// Backend::norm_linears and norm_gate_up_silu: the layer's RMSNorm of an F32 residual (rounded to
+// the activation dtype, as rms_norm writes it) and the linears of q/k/v-like widths, or gate and up,
+// that read it; against rms_norm_ref, then exl3_linear_ref (and silu_mul_ref).
+std::vector<Check> run_norm_linears(Backend& b, std::mt19937& rng, int64_t m, int bits, Codebook cb, bool gated) {
+  constexpr float kEps = 1e-5f;
+  const DType a = b.activation_dtype();
+  const Tensor x = normal({m, 250}, rng, 2.0f);
+  const Tensor weight = uniform({250}, rng, 0.5f, 1.5f);
+  const Tensor h_want = rounded(rms_norm_ref(x, weight, kEps), a);
+  const Tensor x_dev = to_device(b, x), w_dev = to_device(b, weight);
+  Tensor h = device_zeros(b, a, {m, 250});
+  if (gated) {
+    const Exl3Case c{256, 384, 250, 300, bits, cb, m, false, false};
+    const HostLinear gate = random_exl3_linear(rng, c);
+    const HostLinear up = random_exl3_linear(rng, c);
+    const Tensor want = silu_mul_ref(rounded(exl3_reference(gate, h_want), a), rounded(exl3_reference(up, h_want), a));
+    const LinearWeights gw = prepared(b, gate), uw = prepared(b, up);
+    Tensor g = device_zeros(b, a, {m, 300}), u = device_zeros(b, a, {m, 300}), act = device_zeros(b, a, {m, 300});
+    b.norm_gate_up_silu(x_dev, w_dev, kEps, h, gw, uw, g, u, act);
+    return {{"act", to_host_f32(b, act), want, kExl3}};
+  }
+  const Exl3Case shapes[] = {{256, 384, 250, 300, bits, cb, m, false, true},
+                             {256, 128, 250, 128, bits, cb, m, true, false},
+                             {256, 128, 250, 100, bits, cb, m, false, false}};
+  std::vector<LinearWeights> ws;
+  std::vector<Tensor> ys, wants;
+  for (const Exl3Case& c : shapes) {
+    const HostLinear hl = random_exl3_linear(rng, c);
+    wants.push_back(exl3_reference(hl, h_want));
+    ws.push_back(prepared(b, hl));
+    ys.push_back(device_zeros(b, c.y_f32 ? DType::kF32 : a, {m, c.out_features}));
+  }
+  const LinearWeights* w_ptrs[] = {&ws[0], &ws[1], &ws[2]};
+  b.norm_linears(x_dev, w_dev, kEps, h, w_ptrs, ys);
+  std::vector<Check> checks;
+  for (size_t i = 0; i < ys.size(); ++i) checks.push_back({absl::StrCat("y", i), to_host_f32(b, ys[i]), wants[i], kExl3});
+  return checks;
+}
+
 void add_fused_linear_cases(std::vector<OpCase>& cases) {
+  // The norm fused into the matmul's staging on CUDA up to kGemvNormMaxRows (2) rows; 5 rows run
+  // the RMSNorm launch first.
+  for (Codebook cb : {Codebook::k3Inst, Codebook::kMul1}) {
+    for (int64_t m : {1, 2, 5}) {
+      for (bool gated : {false, true}) {
+        cases.push_back({absl::StrCat(gated ? "norm_gate_up_silu" : "norm_linears", "_K4_", codebook_name(cb), "_m", m),
+                         [=](Backend& b, std::mt19937& rng) { return run_norm_linears(b, rng, m, 4, cb, gated); }});
+      }
+    }
+  }
   // Few rows take one fused launch on CUDA (3INST/MCG through the doubled k at m <= 16, MUL1 through
   // its integer codes); 129 rows fall back to the plain composition.
   for (Codebook cb : {Codebook::k3Inst, Codebook::kMcg, Codebook::kMul1}) {

@@ -1,8 +1,8 @@
 // GPU tests of the int8-activation EXL3 matmul (kernels/cuda/exl3_gemv_int8.cu) against its
 // reference exl3_gemv_int8_ref (kernels/ref/int8_activations_ref.h): the whole linear with
 // Exl3LinearParams::int8_activations on, for every K, 1..32 rows, padded features, bias, grouped
-// launches, non-finite inputs and too little scratch; plus how far int8 activations move the output
-// from the fp16 path.
+// launches, the fused RMSNorm, non-finite inputs and too little scratch; plus how far int8
+// activations move the output from the fp16 path.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -247,6 +247,37 @@ TEST_F(Exl3GemvInt8GpuTest, GroupedLinearsMatchTheirReferences) {
     const Deviation dev = compare(got, want);
     EXPECT_LE(dev.rel_rms, kRelRms);
     EXPECT_LE(dev.max_abs, kMaxAbsRel * dev.ref_rms) << "worst element " << dev.worst;
+  }
+}
+
+// The fused RMSNorm (Exl3LinearParams::norm_x, up to kGemvNormMaxRows rows) gives the int8
+// linear of fp16(rms_norm(x)) as the separate RMSNorm would write it. The matmul sums the squares
+// in its own order, so a normalized input may differ by an fp16 ulp, and its int8 code by one:
+// relative RMS <= 1e-3 (a wrong norm moves the output by far more).
+TEST_F(Exl3GemvInt8GpuTest, FusedRmsNormMatchesTheNormThenTheLinear) {
+  constexpr int64_t kK = 2048, kN = 512;
+  constexpr float kEps = 1e-5f;
+  const HostLayer h = random_layer(kK, kN, 4, Codebook::kMul1, 61);
+  const DeviceLayer d(h);
+  for (const int64_t m : {int64_t{1}, kGemvNormMaxRows}) {
+    SCOPED_TRACE(::testing::Message() << m << " rows");
+    std::mt19937 rng(62 + static_cast<uint32_t>(m));
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    std::uniform_real_distribution<float> uniform(0.5f, 1.5f);
+    Tensor x = Tensor::zeros(DType::kF32, {m, kK});
+    Tensor weight = Tensor::zeros(DType::kF32, {kK});
+    for (int64_t i = 0; i < x.numel(); ++i) x.mutable_data<float>()[i] = normal(rng);
+    for (int64_t i = 0; i < kK; ++i) weight.mutable_data<float>()[i] = uniform(rng);
+    const Tensor normed = rms_norm_ref(x, weight, kEps);
+    std::vector<uint16_t> h_bits(static_cast<size_t>(m * kK));
+    for (size_t i = 0; i < h_bits.size(); ++i) h_bits[i] = float_to_half_bits(normed.data<float>()[i]);
+    const std::vector<float> want = reference_int8_linear(h, gpu_transformed_input(h, d, h_bits, m, kK), kN, {});
+    LinearCall call = int8_call(m, kK, kN, h_bits, 64 * m);
+    call.norm_x = x.data<float>();
+    call.norm_weight = weight.data<float>();
+    call.norm_eps = kEps;
+    const Deviation fused = compare(gpu_linear(h, d, call), want);
+    EXPECT_LE(fused.rel_rms, 1e-3) << "fused RMSNorm vs the norm, then the linear";
   }
 }
 

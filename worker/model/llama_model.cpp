@@ -282,7 +282,6 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
   Tensor proj = b.proj;
   if (layer.heads > 0) {
     Tensor h = b.h;
-    be.rms_norm(b.x, layer.input_norm, eps, h);
     Tensor q = b.q.view_bytes(0, b.q.dtype(), {n, layer.heads, hd});
     Tensor k = b.k.view_bytes(0, b.k.dtype(), {n, layer.kv_heads, hd});
     Tensor v = b.v.view_bytes(0, b.v.dtype(), {n, layer.kv_heads, hd});
@@ -290,7 +289,7 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
     Tensor v2 = v.reshape({n, layer.kv_heads * hd});
     const LinearWeights* qkv[] = {&layer.q.weights(), &layer.k.weights(), &layer.v.weights()};
     Tensor qkv_out[] = {q2, k2, v2};
-    be.linears(qkv, h, qkv_out);
+    be.norm_linears(b.x, layer.input_norm, eps, h, qkv, qkv_out);
     if (c.qk_norm) {
       be.rms_norm(q, layer.q_norm, eps, q);
       be.rms_norm(k, layer.k_norm, eps, k);
@@ -317,11 +316,10 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
   const int64_t mlp = layer.gate.info().out_features;
   if (mlp > 0) {
     Tensor h = b.h;
-    be.rms_norm(b.x, layer.post_norm, eps, h);
     Tensor gate = b.gate.view_bytes(0, b.gate.dtype(), {n, mlp});
     Tensor up = b.up.view_bytes(0, b.up.dtype(), {n, mlp});
     Tensor act = b.act.view_bytes(0, b.act.dtype(), {n, mlp});
-    be.gate_up_silu(layer.gate.weights(), layer.up.weights(), h, gate, up, act);
+    be.norm_gate_up_silu(b.x, layer.post_norm, eps, h, layer.gate.weights(), layer.up.weights(), gate, up, act);
     if (tensor_parallel) {
       be.linear(layer.down.weights(), act, proj);
     } else {
