@@ -414,26 +414,43 @@ std::vector<Check> run_exl3_linear(Backend& b, std::mt19937& rng, const Exl3Case
   return {{"y", to_host_f32(b, y), want, kExl3}};
 }
 
-// Backend::linears: q/k/v-like widths (300 of 384, 128, 100 of 128) of one x, outputs of both
-// dtypes; against exl3_linear_ref each.
-std::vector<Check> run_fused_linears(Backend& b, std::mt19937& rng, int64_t m, int bits, Codebook cb) {
+// Three linears of q/k/v-like widths (300 of 384, 128, 100 of 128) of one 250-wide input, outputs
+// of both dtypes, with their exl3_linear_ref outputs for the input x (F32, as the device sees it).
+struct QkvLikeLinears {
+  std::vector<LinearWeights> ws;
+  std::vector<Tensor> ys, wants;
+  std::array<const LinearWeights*, 3> ptrs{};
+};
+
+QkvLikeLinears qkv_like_linears(Backend& b, std::mt19937& rng, int64_t m, int bits, Codebook cb, const Tensor& x) {
   const Exl3Case shapes[] = {{256, 384, 250, 300, bits, cb, m, false, true},
                              {256, 128, 250, 128, bits, cb, m, true, false},
                              {256, 128, 250, 100, bits, cb, m, false, false}};
-  const Tensor x = rounded(normal({m, 250}, rng), DType::kF16);
-  std::vector<LinearWeights> ws;
-  std::vector<Tensor> ys, wants;
+  QkvLikeLinears l;
   for (const Exl3Case& c : shapes) {
     const HostLinear h = random_exl3_linear(rng, c);
-    wants.push_back(exl3_reference(h, x));
-    ws.push_back(prepared(b, h));
-    ys.push_back(device_zeros(b, c.y_f32 ? DType::kF32 : b.activation_dtype(), {m, c.out_features}));
+    l.wants.push_back(exl3_reference(h, x));
+    l.ws.push_back(prepared(b, h));
+    l.ys.push_back(device_zeros(b, c.y_f32 ? DType::kF32 : b.activation_dtype(), {m, c.out_features}));
   }
-  const LinearWeights* w_ptrs[] = {&ws[0], &ws[1], &ws[2]};
-  b.linears(w_ptrs, to_device(b, to_dtype(x, b.activation_dtype())), ys);
+  for (size_t i = 0; i < l.ptrs.size(); ++i) l.ptrs[i] = &l.ws[i];
+  return l;
+}
+
+std::vector<Check> qkv_like_checks(Backend& b, const QkvLikeLinears& l) {
   std::vector<Check> checks;
-  for (size_t i = 0; i < ys.size(); ++i) checks.push_back({absl::StrCat("y", i), to_host_f32(b, ys[i]), wants[i], kExl3});
+  for (size_t i = 0; i < l.ys.size(); ++i) {
+    checks.push_back({absl::StrCat("y", i), to_host_f32(b, l.ys[i]), l.wants[i], kExl3});
+  }
   return checks;
+}
+
+// Backend::linears: the q/k/v-like linears of one x; against exl3_linear_ref each.
+std::vector<Check> run_fused_linears(Backend& b, std::mt19937& rng, int64_t m, int bits, Codebook cb) {
+  const Tensor x = rounded(normal({m, 250}, rng), DType::kF16);
+  QkvLikeLinears l = qkv_like_linears(b, rng, m, bits, cb, x);
+  b.linears(l.ptrs, to_device(b, to_dtype(x, b.activation_dtype())), l.ys);
+  return qkv_like_checks(b, l);
 }
 
 // Backend::gate_up_silu: act = silu(x · gate) ⊙ (x · up) of the fp16-rounded (CUDA) or fp32 (CPU)
@@ -487,22 +504,9 @@ std::vector<Check> run_norm_linears(Backend& b, std::mt19937& rng, int64_t m, in
     b.norm_gate_up_silu(x_dev, w_dev, kEps, h, gw, uw, g, u, act);
     return {{"act", to_host_f32(b, act), want, kExl3}};
   }
-  const Exl3Case shapes[] = {{256, 384, 250, 300, bits, cb, m, false, true},
-                             {256, 128, 250, 128, bits, cb, m, true, false},
-                             {256, 128, 250, 100, bits, cb, m, false, false}};
-  std::vector<LinearWeights> ws;
-  std::vector<Tensor> ys, wants;
-  for (const Exl3Case& c : shapes) {
-    const HostLinear hl = random_exl3_linear(rng, c);
-    wants.push_back(exl3_reference(hl, h_want));
-    ws.push_back(prepared(b, hl));
-    ys.push_back(device_zeros(b, c.y_f32 ? DType::kF32 : a, {m, c.out_features}));
-  }
-  const LinearWeights* w_ptrs[] = {&ws[0], &ws[1], &ws[2]};
-  b.norm_linears(x_dev, w_dev, kEps, h, w_ptrs, ys);
-  std::vector<Check> checks;
-  for (size_t i = 0; i < ys.size(); ++i) checks.push_back({absl::StrCat("y", i), to_host_f32(b, ys[i]), wants[i], kExl3});
-  return checks;
+  QkvLikeLinears l = qkv_like_linears(b, rng, m, bits, cb, h_want);
+  b.norm_linears(x_dev, w_dev, kEps, h, l.ptrs, l.ys);
+  return qkv_like_checks(b, l);
 }
 
 void add_fused_linear_cases(std::vector<OpCase>& cases) {
