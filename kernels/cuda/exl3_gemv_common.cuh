@@ -47,7 +47,6 @@ struct GemvArgs {
   float norm_eps = 0.0f;
 };
 
-
 // The int8 kernel (exl3_gemv_int8.cu): linear variant, MUL1 only, 1 <= m <= kInt8MaxGroups ·
 // kInt8GroupRows; stage_blocks 1, or 2 where int8_wide_stages_allowed; grid (blocks per slice,
 // slices) with the problems' blocks assigned; writes the same partials as the fp16 linear kernel.

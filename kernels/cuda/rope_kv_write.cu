@@ -21,7 +21,7 @@ namespace {
 
 constexpr int kThreads = 128;
 constexpr int kHeadsPerBlock = 4;
-constexpr int64_t kMaxHalf = 6144;
+constexpr int64_t kMaxHalf = 6144;  // the contract of launch_rope (its cos/sin table), kept the same here
 
 struct Args {
   __half* q;
