@@ -289,12 +289,19 @@ class CudaBackend final : public Backend {
     if (!cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kStore)) Backend::linears(ws, x, ys);
   }
 
-  void gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, Tensor& gate_out,
-                    Tensor& up_out, Tensor& act) override {
+  // gate and up of x (with `norm`, of its fused RMSNorm) in one GEMV launch whose output pass forms
+  // the gated product; false, with nothing queued, where they do not fit it.
+  bool fused_gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, const Tensor& gate_out,
+                          Tensor& up_out, Tensor& act, const FusedNorm* norm) {
     const LinearWeights* ws[] = {&gate, &up};
     Tensor ys[] = {act, up_out};  // the gated product lands in the first output
     const bool shaped = act.dtype() == DType::kF16 && act.shape() == gate_out.shape();
-    if (!shaped || !cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kSiluMul)) {
+    return shaped && cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kSiluMul, norm);
+  }
+
+  void gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, Tensor& gate_out,
+                    Tensor& up_out, Tensor& act) override {
+    if (!fused_gate_up_silu(gate, up, x, gate_out, up_out, act, nullptr)) {
       Backend::gate_up_silu(gate, up, x, gate_out, up_out, act);
     }
   }
@@ -309,11 +316,8 @@ class CudaBackend final : public Backend {
 
   void norm_gate_up_silu(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h, const LinearWeights& gate,
                          const LinearWeights& up, Tensor& gate_out, Tensor& up_out, Tensor& act) override {
-    const LinearWeights* ws[] = {&gate, &up};
-    Tensor ys[] = {act, up_out};  // the gated product lands in the first output
     const FusedNorm norm{x, norm_weight, eps};
-    const bool shaped = act.dtype() == DType::kF16 && act.shape() == gate_out.shape();
-    if (!shaped || !cuda_fused_linears(linear_context(), ws, h, ys, GemvEpilogue::kSiluMul, &norm)) {
+    if (!fused_gate_up_silu(gate, up, h, gate_out, up_out, act, &norm)) {
       Backend::norm_gate_up_silu(x, norm_weight, eps, h, gate, up, gate_out, up_out, act);
     }
   }

@@ -7,6 +7,7 @@
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/rope_rotation.cuh"
 
 namespace exl3 {
 namespace {
@@ -25,12 +26,7 @@ __global__ void rope_kernel(__half* __restrict__ x, const int32_t* __restrict__ 
   const int64_t t = blockIdx.x;
   const float pos = static_cast<float>(positions[t]);
   for (int i = static_cast<int>(threadIdx.x); i < half; i += static_cast<int>(blockDim.x)) {
-    // One fp32 product (no contraction possible), as transformers forms the angle.
-    const float angle = __fmul_rn(pos, inv_freq[i]);
-    float s, c;
-    sincosf(angle, &s, &c);
-    cos_sin[i] = c * attention_scaling;
-    cos_sin[half + i] = s * attention_scaling;
+    rope_rotation::scaled_cos_sin(pos, inv_freq[i], attention_scaling, cos_sin[i], cos_sin[half + i]);
   }
   __syncthreads();
   const int first_head = static_cast<int>(blockIdx.y) * kHeadsPerBlock;
@@ -43,10 +39,7 @@ __global__ void rope_kernel(__half* __restrict__ x, const int32_t* __restrict__ 
     __half* v = token + h * head_dim;
     const float x1 = __half2float(v[i]);
     const float x2 = __half2float(v[i + half]);
-    const float c = cos_sin[i];
-    const float s = cos_sin[half + i];
-    v[i] = __float2half_rn(x1 * c - x2 * s);
-    v[i + half] = __float2half_rn(x2 * c + x1 * s);
+    rope_rotation::rotate_pair(x1, x2, cos_sin[i], cos_sin[half + i], v[i], v[i + half]);
   }
 }
 

@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/rope_rotation.cuh"
 
 namespace exl3 {
 namespace {
@@ -38,18 +39,6 @@ struct Args {
   int q_groups;
   int64_t num_seqs, max_pages, page_size, num_pages;
 };
-
-// The rotation of element pair (d, d + half) at `pos`, as rope_kernel: fp32, one rounding each.
-__device__ __forceinline__ void rotate(float x1, float x2, float freq, int32_t pos, float scaling, __half& r1,
-                                       __half& r2) {
-  const float angle = __fmul_rn(static_cast<float>(pos), freq);
-  float s, c;
-  sincosf(angle, &s, &c);
-  c *= scaling;
-  s *= scaling;
-  r1 = __float2half_rn(x1 * c - x2 * s);
-  r2 = __float2half_rn(x2 * c + x1 * s);
-}
 
 __global__ void rope_kv_write_kernel(const Args a) {
   allow_dependents();
@@ -97,8 +86,10 @@ __global__ void rope_kv_write_kernel(const Args a) {
       x2 = __half2float(x[at + a.half]);
       f = a.inv_freq[i % a.half];
     }
+    float c, s;
+    rope_rotation::scaled_cos_sin(static_cast<float>(pos), f, a.attention_scaling, c, s);
     __half r1, r2;
-    rotate(x1, x2, f, pos, a.attention_scaling, r1, r2);
+    rope_rotation::rotate_pair(x1, x2, c, s, r1, r2);
     x[at] = r1;
     x[at + a.half] = r2;
     if (keys) {
