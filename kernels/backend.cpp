@@ -44,6 +44,18 @@ void Backend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor&
   kv_write(cache, k, v, meta);
 }
 
+void Backend::norm_qkv_rope_kv_write(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
+                                     std::span<const LinearWeights* const> qkv, Tensor& q, Tensor& k, Tensor& v,
+                                     const Tensor& inv_freq, float attention_scaling, PagedKv& cache,
+                                     const StepMeta& meta) {
+  EXL3_CHECK(qkv.size() == 3 && q.rank() == 3 && k.rank() == 3 && v.rank() == 3,
+             "norm_qkv_rope_kv_write: three linears and q, k, v of [rows, heads, head_dim]");
+  Tensor ys[] = {q.reshape({q.dim(0), q.dim(1) * q.dim(2)}), k.reshape({k.dim(0), k.dim(1) * k.dim(2)}),
+                 v.reshape({v.dim(0), v.dim(1) * v.dim(2)})};
+  norm_linears(x, norm_weight, eps, h, qkv, ys);
+  rope_kv_write(q, k, v, inv_freq, attention_scaling, cache, meta);
+}
+
 absl::StatusOr<std::unique_ptr<StepGraph>> Backend::capture_step(const std::function<absl::Status()>&) {
   return absl::UnimplementedError(absl::StrCat(description(), ": no step graphs"));
 }

@@ -322,6 +322,45 @@ class CudaBackend final : public Backend {
     }
   }
 
+  // One GEMV launch whose output pass rotates q and k and writes the cache (GemvEpilogue::
+  // kRopeKvWrite) where the rows are few, the cache 16-bit and the heads 128 wide and rotated whole;
+  // else the composition.
+  void norm_qkv_rope_kv_write(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
+                              std::span<const LinearWeights* const> qkv, Tensor& q, Tensor& k, Tensor& v,
+                              const Tensor& inv_freq, float attention_scaling, PagedKv& cache,
+                              const StepMeta& meta) override {
+    const bool fits = cache.k_bits == 16 && cache.v_bits == 16 && cache.head_dim == kGemvRopeHeadDim &&
+                      inv_freq.dtype() == DType::kF32 && 2 * inv_freq.numel() == kGemvRopeHeadDim &&
+                      q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && q.dtype() == DType::kF16 &&
+                      k.dtype() == DType::kF16 && v.dtype() == DType::kF16 && q.dim(0) == meta.num_tokens &&
+                      q.dim(2) == kGemvRopeHeadDim && k.shape() == v.shape() &&
+                      k.shape() == Shape({meta.num_tokens, cache.kv_heads, kGemvRopeHeadDim}) &&
+                      meta.num_tokens == x.dim(0) && meta.num_tokens <= kGemvNormMaxRows;
+    if (fits) {
+      const int64_t num_pages = check_cache(cache);
+      check_meta(meta);
+      const PagedBatch batch = paged_batch(meta, cache.page_size);
+      GemvRopeKv rope;
+      rope.positions = batch.positions;
+      rope.token_seq = batch.token_seq;
+      rope.page_table = batch.page_table;
+      rope.inv_freq = ptr<float>(inv_freq);
+      rope.attention_scaling = attention_scaling;
+      rope.k_pages = mut<__half>(cache.k_pages);
+      rope.v_pages = mut<__half>(cache.v_pages);
+      rope.num_seqs = batch.num_seqs;
+      rope.max_pages = batch.max_pages;
+      rope.page_size = batch.page_size;
+      rope.num_pages = num_pages;
+      const FusedNorm norm{x, norm_weight, eps};
+      const int64_t n = meta.num_tokens;
+      Tensor ys[] = {q.reshape({n, q.dim(1) * q.dim(2)}), k.reshape({n, k.dim(1) * k.dim(2)}),
+                     v.reshape({n, v.dim(1) * v.dim(2)})};
+      if (cuda_fused_linears(linear_context(), qkv, h, ys, GemvEpilogue::kRopeKvWrite, &norm, &rope)) return;
+    }
+    Backend::norm_qkv_rope_kv_write(x, norm_weight, eps, h, qkv, q, k, v, inv_freq, attention_scaling, cache, meta);
+  }
+
   void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual) override {
     const LinearWeights* ws[] = {&w};
     Tensor ys[] = {residual};

@@ -131,7 +131,7 @@ void cuda_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Ten
 }
 
 bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeights* const> ws, const Tensor& x,
-                        std::span<Tensor> ys, GemvEpilogue epilogue, const FusedNorm* norm) {
+                        std::span<Tensor> ys, GemvEpilogue epilogue, const FusedNorm* norm, const GemvRopeKv* rope) {
   const int64_t m = x.rank() == 2 ? x.dim(0) : 0;
   if (m < 1 || m > kGemvMaxRows || ws.size() != ys.size() || ws.empty() || ws.size() > 3) return false;
   if (norm != nullptr) {
@@ -154,7 +154,7 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
   const std::span<const Exl3LinearParams> ps(params.data(), ws.size());
   const int64_t floats = ctx.scratch_rows * ctx.scratch_features;
   if (!exl3_gemv_linears_fit(ps, floats)) return false;
-  launch_exl3_gemv_linears(ps, ctx.scratch_c, floats, epilogue, device_sm_count(), ctx.stream);
+  launch_exl3_gemv_linears(ps, ctx.scratch_c, floats, epilogue, device_sm_count(), ctx.stream, rope);
   return true;
 }
 

@@ -43,13 +43,14 @@ void cuda_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Ten
 // few-rows path has room (exl3_gemv.cuh); false, with nothing queued, otherwise.
 // With `norm`, x (F16, shape only: not read) stands for rms_norm(norm.x, norm.weight, norm.eps),
 // which the matmul computes as it stages its input (Backend::norm_linears, norm_gate_up_silu): only
-// up to kGemvNormMaxRows rows of an F32 norm.x, false otherwise.
+// up to kGemvNormMaxRows rows of an F32 norm.x, false otherwise. kRopeKvWrite takes `rope`.
 struct FusedNorm {
   const Tensor& x;
   const Tensor& weight;
   float eps;
 };
 bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeights* const> ws, const Tensor& x,
-                        std::span<Tensor> ys, GemvEpilogue epilogue, const FusedNorm* norm = nullptr);
+                        std::span<Tensor> ys, GemvEpilogue epilogue, const FusedNorm* norm = nullptr,
+                        const GemvRopeKv* rope = nullptr);
 
 }  // namespace exl3

@@ -420,7 +420,7 @@ bool exl3_gemv_linear_fits(const Exl3LinearParams& p) {
 }
 
 void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scratch, int64_t scratch_floats,
-                              GemvEpilogue epilogue, int sm_count, cudaStream_t stream) {
+                              GemvEpilogue epilogue, int sm_count, cudaStream_t stream, const GemvRopeKv* rope) {
   EXL3_CHECK(!ps.empty() && static_cast<int>(ps.size()) <= kMaxProblems, "1..", kMaxProblems, " linears, got ",
              ps.size());
   EXL3_CHECK(same_kind(ps), "grouped linears must share x (or its fused RMSNorm), m, k, in_features, bits and codebook");
@@ -461,6 +461,10 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
   out.slices = plan.slices;
   out.outputs = args.problems;
   out.epilogue = epilogue;
+  if (epilogue == GemvEpilogue::kRopeKvWrite) {
+    EXL3_CHECK(rope != nullptr, "the rope/cache epilogue needs its positions and cache");
+    out.rope = *rope;
+  }
   for (int i = 0; i < args.problems; ++i) {
     const Exl3LinearParams& p = ps[static_cast<size_t>(i)];
     args.problem[i] = {p.suh, reinterpret_cast<const uint32_t*>(p.trellis), partials, p.n, 0, 0};

@@ -2,6 +2,7 @@
 // m = 1..kGemvMaxRows (exl3_gemv.cu says how it spends its instructions).
 #pragma once
 
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -41,15 +42,38 @@ bool exl3_gemv_linear_fits(const Exl3LinearParams& p);
 //   kStore:       y[row, j] = v, rounded once to y's dtype (F16 or F32), as launch_exl3_linear;
 //   kAddResidual: y F32 (a residual stream) += v in fp32, as a linear into F32 and then add();
 //   kSiluMul:     two linears (gate, up) of equal width; the first's y (F16) receives
-//                 fp16(silu(g) · u) of the fp16-rounded g and u, as two linears and then silu_mul().
-enum class GemvEpilogue { kStore, kAddResidual, kSiluMul };
+//                 fp16(silu(g) · u) of the fp16-rounded g and u, as two linears and then silu_mul();
+//   kRopeKvWrite: three linears q, k, v whose rows are the step's tokens and whose 128-column
+//                 blocks are heads (F16 y, out_features = n): each value rounded to fp16 as kStore,
+//                 then q and k rotated (pairs (d, d + 64) of a head, rope_rotation.cuh) in y, and
+//                 the rotated k and v written into their paged-cache slots too (GemvRopeKv): as the
+//                 three linears and then launch_rope_kv_write, bit for bit.
+enum class GemvEpilogue { kStore, kAddResidual, kSiluMul, kRopeKvWrite };
+
+// The rotation and the cache of kRopeKvWrite: heads of kGemvRopeHeadDim, rotated whole.
+constexpr int64_t kGemvRopeHeadDim = 128;
+struct GemvRopeKv {
+  const int32_t* positions = nullptr;   // [m]
+  const int32_t* token_seq = nullptr;   // [m]
+  const int32_t* page_table = nullptr;  // [num_seqs, max_pages]
+  const float* inv_freq = nullptr;      // [kGemvRopeHeadDim / 2]
+  float attention_scaling = 1.0f;
+  __half* k_pages = nullptr;  // [num_pages, page_size, kv_heads, kGemvRopeHeadDim]
+  __half* v_pages = nullptr;
+  int64_t num_seqs = 0;
+  int64_t max_pages = 0;
+  int64_t page_size = 0;
+  int64_t num_pages = 0;
+};
 
 // Up to 3 linears of the same x (same m, k, in_features, bits, codebook; each its own trellis,
 // suh, svh, bias, n, out_features, y) in one GEMV launch and one output launch, with their partial
 // products in `scratch` (scratch_floats floats, shared by all; the params' scratch fields are not
-// used). Use exl3_gemv_linears_fit first; the launcher checks it again (EXL3_CHECK).
+// used). Use exl3_gemv_linears_fit first; the launcher checks it again (EXL3_CHECK). kRopeKvWrite
+// takes `rope` (read at launch).
 void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scratch, int64_t scratch_floats,
-                              GemvEpilogue epilogue, int sm_count, cudaStream_t stream);
+                              GemvEpilogue epilogue, int sm_count, cudaStream_t stream,
+                              const GemvRopeKv* rope = nullptr);
 bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch_floats);
 
 // ---- internal to exl3_gemv.cu / exl3_gemv_output.cu ----------------------------------------------
@@ -70,6 +94,7 @@ struct GemvOutputArgs {
   int outputs = 0;
   GemvEpilogue epilogue = GemvEpilogue::kStore;
   GemvOutput output[3];
+  GemvRopeKv rope;  // kRopeKvWrite
 };
 
 void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream);

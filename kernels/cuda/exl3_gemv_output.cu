@@ -1,8 +1,9 @@
 // The output transform of the few-rows EXL3 linears (exl3_gemv.cuh): for every (row, 128-block)
 // output, 1-8 warps sum the k-slices' partial products (taking the slices in turn), and the first
 // of them applies the 128-point Hadamard transform, ⊙ svh, + bias, and stores, adds into a
-// residual, or combines gate and up into silu(gate) · up — each exactly as the unfused ops would
-// (launch_exl3_output_transform, add, silu_mul), so fusing changes no result. Few outputs (few
+// residual, combines gate and up into silu(gate) · up, or rotates q and k and writes the KV cache —
+// each exactly as the unfused ops would (launch_exl3_output_transform, add, silu_mul,
+// launch_rope_kv_write), so fusing changes no result. Few outputs (few
 // rows) spread each over 8 warps; many (32 rows) take one warp each, 8 to a block.
 #include <cuda_fp16.h>
 
@@ -14,6 +15,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
+#include "kernels/cuda/rope_rotation.cuh"
 
 namespace exl3 {
 namespace {
@@ -22,6 +24,7 @@ constexpr int kWarpSize = 32;
 constexpr int kWarps = 8;  // a block's; an output's `groups` warps sum its slices g, g + groups, ...
 constexpr int kThreads = kWarps * kWarpSize;
 constexpr int64_t kBlock = wht128::kBlock;
+static_assert(kGemvRopeHeadDim == kBlock, "a rotated head is one output block");
 // Warps a launch aims for: outputs take fewer warps each once there are this many of them.
 constexpr int64_t kTargetWarps = 4096;
 
@@ -82,9 +85,57 @@ __device__ __forceinline__ void finish(const GemvOutput& o, const ColumnScales& 
   }
 }
 
+// kRopeKvWrite: the cache page of the token at `pos` of sequence `seq` (a trap outside the table).
+__device__ __forceinline__ int32_t rope_page(const GemvRopeKv& r, int32_t pos, int32_t seq) {
+  if (seq < 0 || seq >= r.num_seqs || pos < 0 || pos / r.page_size >= r.max_pages) __trap();
+  return r.page_table[seq * r.max_pages + pos / r.page_size];
+}
+
+// kRopeKvWrite (exl3_gemv.cuh): the lane's 4 values v (columns 4·lane .. 4·lane + 3 of head `head`
+// of `row`, output `which`: 0 q, 1 k, 2 v) rounded to fp16, q and k rotated, stored into y and, k
+// and v, into the token's cache slot (page: rope_page's; metadata outside the cache traps, as
+// launch_rope_kv_write). A head's pair (d, d + 64) sits in lanes l and l + 16 (same element),
+// exchanged by one shuffle. freq: inv_freq of the lane's 4 pair indices (read before the wait).
+// Every lane of the warp.
+__device__ __forceinline__ void rope_kv_store(const GemvRopeKv& r, int which, const GemvOutput& o, int64_t row,
+                                              int64_t head, int32_t pos, int32_t page, int lane,
+                                              const float (&freq)[wht128::kPerLane], const float (&v)[wht128::kPerLane]) {
+  __half out[wht128::kPerLane];
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) {
+    const float x = __half2float(__float2half_rn(v[e]));  // the linear's output
+    const float partner = __shfl_xor_sync(0xFFFFFFFFu, x, 16);
+    if (which == 2) {
+      out[e] = __float2half_rn(x);
+      continue;
+    }
+    float c, s;
+    rope_rotation::scaled_cos_sin(static_cast<float>(pos), freq[e], r.attention_scaling, c, s);
+    __half r1, r2;
+    if (lane < 16) {
+      rope_rotation::rotate_pair(x, partner, c, s, r1, r2);
+      out[e] = r1;
+    } else {
+      rope_rotation::rotate_pair(partner, x, c, s, r1, r2);
+      out[e] = r2;
+    }
+  }
+  const int64_t col0 = head * kGemvRopeHeadDim + wht128::kPerLane * lane;
+  __half* y = static_cast<__half*>(o.y) + row * o.n + col0;
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) y[e] = out[e];
+  if (which == 0) return;
+  if (page < 0 || page >= r.num_pages) __trap();
+  __half* slot = (which == 1 ? r.k_pages : r.v_pages) + (page * r.page_size + pos % r.page_size) * o.n + col0;
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) slot[e] = out[e];
+}
+
 // kWarps / groups outputs (row, 128-column block) per block: an output's `groups` warps sum the
 // slices in parallel, the first of them adds their sums (in a fixed order) and finishes. `outputs`:
-// the launch's total (warps past it only reach the barrier).
+// the launch's total (warps past it only reach the barrier). kRope: the kRopeKvWrite epilogue, an
+// instance of its own, so that the other epilogues' code is what it was without it.
+template <bool kRope>
 __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs args, int groups, int64_t outputs) {
   allow_dependents();
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);
@@ -108,17 +159,35 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
   const bool silu = args.epilogue == GemvEpilogue::kSiluMul;
   ColumnScales scales{};
   ColumnScales up_scales{};
+  float freq[wht128::kPerLane] = {};
   if (active && group == 0) {
     scales = column_scales(o, col0);
     if (silu) up_scales = column_scales(args.output[1], col0);
+    if constexpr (kRope) {
+      if (which < 2) {
+#pragma unroll
+        for (int e = 0; e < wht128::kPerLane; ++e) freq[e] = args.rope.inv_freq[(wht128::kPerLane * lane + e) % (kGemvRopeHeadDim / 2)];
+      }
+    }
   }
   wait_for_prerequisites();
+  // The token's position and sequence (written by earlier kernels of the step), in flight with the
+  // partial products.
+  int32_t pos = 0;
+  int32_t seq = 0;
+  if (kRope && active && group == 0) {
+    pos = args.rope.positions[row];
+    seq = which > 0 ? args.rope.token_seq[row] : 0;
+  }
 
   __shared__ float4 part[2][kWarps][kWarpSize];
   if (active) {
     part[0][warp][lane] = slice_sum(o, args.m, args.slices, row, col0, group, groups);
     if (silu) part[1][warp][lane] = slice_sum(args.output[1], args.m, args.slices, row, col0, group, groups);
   }
+  // The page of a key or value slot: its load in flight through the barrier and the transform.
+  int32_t page = 0;
+  if (kRope && active && group == 0 && which > 0) page = rope_page(args.rope, pos, seq);
   __syncthreads();
   if (!active || group != 0) return;
 
@@ -138,6 +207,10 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
   float v[wht128::kPerLane];
   summed(0, v);
   finish(o, scales, col0, lane, v);
+  if constexpr (kRope) {
+    rope_kv_store(args.rope, which, o, row, block % blocks_per_row, pos, page, lane, freq, v);
+    return;
+  }
   if (silu) {
     float u[wht128::kPerLane];
     summed(1, u);
@@ -187,6 +260,19 @@ void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream) {
                ": the residual must be F32");
     if (args.epilogue != GemvEpilogue::kSiluMul || i == 0) blocks += args.m * (o.n / kBlock);
   }
+  if (args.epilogue == GemvEpilogue::kRopeKvWrite) {
+    const GemvRopeKv& r = args.rope;
+    EXL3_CHECK(args.outputs == 3 && args.output[1].n == args.output[2].n, "gemv output: rope/cache takes q, k, v");
+    for (int i = 0; i < 3; ++i) {
+      EXL3_CHECK(!args.output[i].y_f32 && args.output[i].out_features == args.output[i].n, "gemv output ", i,
+                 ": rope/cache takes F16 outputs of whole heads");
+    }
+    EXL3_CHECK(r.positions != nullptr && r.token_seq != nullptr && r.page_table != nullptr && r.inv_freq != nullptr &&
+                   r.k_pages != nullptr && r.v_pages != nullptr,
+               "gemv output: rope/cache null pointer");
+    EXL3_CHECK(r.num_seqs > 0 && r.max_pages > 0 && r.page_size > 0 && r.num_pages > 0, "gemv output: rope/cache of ",
+               r.num_seqs, " sequences, ", r.max_pages, " pages each, ", r.page_size, " a page, ", r.num_pages, " pages");
+  }
   if (args.epilogue == GemvEpilogue::kSiluMul) {
     EXL3_CHECK(args.outputs == 2 && args.output[0].n == args.output[1].n &&
                    args.output[0].out_features == args.output[1].out_features && !args.output[0].y_f32,
@@ -199,7 +285,13 @@ void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream) {
   const int64_t per_block = kWarps / groups;
   const int64_t grid = (blocks + per_block - 1) / per_block;
   EXL3_CHECK(grid <= std::numeric_limits<int32_t>::max(), "gemv output: too many blocks");
-  launch_dependent(gemv_output_kernel, dim3(static_cast<unsigned>(grid)), dim3(kThreads), stream, args, groups, blocks);
+  if (args.epilogue == GemvEpilogue::kRopeKvWrite) {
+    launch_dependent(gemv_output_kernel<true>, dim3(static_cast<unsigned>(grid)), dim3(kThreads), stream, args, groups,
+                     blocks);
+  } else {
+    launch_dependent(gemv_output_kernel<false>, dim3(static_cast<unsigned>(grid)), dim3(kThreads), stream, args, groups,
+                     blocks);
+  }
 }
 
 }  // namespace exl3

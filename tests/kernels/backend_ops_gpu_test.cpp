@@ -779,6 +779,75 @@ std::vector<Check> run_rope_kv_write(Backend& b, std::mt19937& rng, int64_t head
           {"v_pages", to_host_f32(b, cache.v_pages), ref_cache.v_pages, kExact}};
 }
 
+// Backend::norm_qkv_rope_kv_write: the layer's RMSNorm of an F32 residual, q/k/v linears of 4 and 2
+// heads of 128 (q with a bias), q and k rotated, the rotated k and v in their cache slots; 1 and 2
+// tokens (CUDA: one matmul whose output pass rotates and writes the cache) and 5 (the
+// composition). Against rms_norm_ref, exl3_linear_ref rounded to the activation dtype, rope_ref and
+// kv_write_ref, and exactly against Backend's composition of norm_linears and rope_kv_write.
+std::vector<Check> run_norm_qkv_rope_kv_write(Backend& b, std::mt19937& rng, int64_t m, Codebook cb) {
+  constexpr float kEps = 1e-5f;
+  constexpr int64_t kHeads = 4, kKvHeads = 2, kHeadDim = 128, kDim = 256;
+  constexpr int64_t kPageSize = 16, kNumPages = 9, kMaxPages = 3;
+  const std::vector<std::vector<int32_t>> tables = {{4, 7, 1}, {6, 0, 8}};
+  std::vector<int32_t> page_table;
+  for (const auto& t : tables) page_table.insert(page_table.end(), t.begin(), t.end());
+  // The step's tokens: sequence 0 at 5, 6, ... (one token of 1-2, three of 5), then sequence 1 at 40, ...
+  HostStep step;
+  const int64_t in_seq0 = m <= 2 ? 1 : 3;
+  for (int64_t t = 0; t < m; ++t) {
+    step.positions.push_back(static_cast<int32_t>(t < in_seq0 ? 5 + t : 40 + t - in_seq0));
+    step.token_seq.push_back(t < in_seq0 ? 0 : 1);
+  }
+  const DType a = b.activation_dtype();
+  const Tensor x = normal({m, kDim}, rng, 2.0f);
+  const Tensor weight = uniform({kDim}, rng, 0.5f, 1.5f);
+  const Tensor h_want = rounded(rms_norm_ref(x, weight, kEps), a);
+  const HostLinear lq = random_exl3_linear(rng, {kDim, kHeads * kHeadDim, kDim, kHeads * kHeadDim, 4, cb, m, false, true});
+  const HostLinear lk = random_exl3_linear(rng, {kDim, kKvHeads * kHeadDim, kDim, kKvHeads * kHeadDim, 4, cb, m, false, false});
+  const HostLinear lv = random_exl3_linear(rng, {kDim, kKvHeads * kHeadDim, kDim, kKvHeads * kHeadDim, 4, cb, m, false, false});
+  Tensor want_q = rounded(exl3_reference(lq, h_want), a).reshape({m, kHeads, kHeadDim});
+  Tensor want_k = rounded(exl3_reference(lk, h_want), a).reshape({m, kKvHeads, kHeadDim});
+  const Tensor want_v = rounded(exl3_reference(lv, h_want), a).reshape({m, kKvHeads, kHeadDim});
+  std::vector<float> inv_freq(kHeadDim / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / kHeadDim));
+  constexpr float kScaling = 1.25f;
+  rope_ref(want_q, step.positions, inv_freq, kScaling);
+  rope_ref(want_k, step.positions, inv_freq, kScaling);
+  const Shape page_shape{kNumPages, kPageSize, kKvHeads, kHeadDim};
+  PagedKv ref_cache = paged_kv(Tensor::zeros(DType::kF32, page_shape), Tensor::zeros(DType::kF32, page_shape));
+  for (int64_t t = 0; t < m; ++t) {
+    const std::span<const int32_t> pos(step.positions.data() + t, 1);
+    kv_write_ref(ref_cache, tables[static_cast<size_t>(step.token_seq[t])], pos, want_k.rows(t, 1), want_v.rows(t, 1));
+  }
+
+  const LinearWeights wq = prepared(b, lq), wk = prepared(b, lk), wv = prepared(b, lv);
+  const LinearWeights* qkv[] = {&wq, &wk, &wv};
+  PagedKv cache = paged_kv(device_zeros(b, b.kv_dtype(), page_shape), device_zeros(b, b.kv_dtype(), page_shape));
+  Tensor h = device_zeros(b, a, {m, kDim});
+  Tensor q = device_zeros(b, a, {m, kHeads, kHeadDim});
+  Tensor k = device_zeros(b, a, {m, kKvHeads, kHeadDim});
+  Tensor v = device_zeros(b, a, {m, kKvHeads, kHeadDim});
+  const StepMeta meta = device_meta(b, step, page_table, 2, kMaxPages);
+  const Tensor x_dev = to_device(b, x), w_dev = to_device(b, weight);
+  const Tensor freq_dev = to_device(b, Tensor::from_vector(inv_freq, {static_cast<int64_t>(inv_freq.size())}));
+  b.norm_qkv_rope_kv_write(x_dev, w_dev, kEps, h, qkv, q, k, v, freq_dev, kScaling, cache, meta);
+  // The composition (Backend's own: norm_linears, then rope_kv_write) into fresh buffers: the
+  // fused path must give its results bit for bit.
+  PagedKv cache2 = paged_kv(device_zeros(b, b.kv_dtype(), page_shape), device_zeros(b, b.kv_dtype(), page_shape));
+  Tensor q2 = device_zeros(b, a, {m, kHeads, kHeadDim});
+  Tensor k2 = device_zeros(b, a, {m, kKvHeads, kHeadDim});
+  Tensor v2 = device_zeros(b, a, {m, kKvHeads, kHeadDim});
+  b.Backend::norm_qkv_rope_kv_write(x_dev, w_dev, kEps, h, qkv, q2, k2, v2, freq_dev, kScaling, cache2, meta);
+  return {{"q", to_host_f32(b, q), want_q, kExl3},
+          {"k", to_host_f32(b, k), want_k, kExl3},
+          {"v", to_host_f32(b, v), want_v, kExl3},
+          {"k_pages", to_host_f32(b, cache.k_pages), ref_cache.k_pages, kExl3},
+          {"v_pages", to_host_f32(b, cache.v_pages), ref_cache.v_pages, kExl3},
+          {"q_as_composed", to_host_f32(b, q), to_host_f32(b, q2), kExact},
+          {"k_pages_as_composed", to_host_f32(b, cache.k_pages), to_host_f32(b, cache2.k_pages), kExact},
+          {"v_pages_as_composed", to_host_f32(b, cache.v_pages), to_host_f32(b, cache2.v_pages), kExact}};
+}
+
 void add_attention_cases(std::vector<OpCase>& cases) {
   const std::pair<const char*, AttentionCase> list[] = {
       {"prefill", {8, 2, 128, 16, {{0, 17}, {0, 1}, {0, 33}}}},
@@ -796,6 +865,12 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                                            std::array<int64_t, 4>{32, 8, 128, 128}}) {
     cases.push_back({absl::StrCat("rope_kv_write_h", heads, "_kv", kv, "_hd", hd, "_rot", rot),
                      [=](Backend& b, std::mt19937& rng) { return run_rope_kv_write(b, rng, heads, kv, hd, rot); }});
+  }
+  for (Codebook cb : {Codebook::k3Inst, Codebook::kMul1}) {
+    for (int64_t m : {1, 2, 5}) {
+      cases.push_back({absl::StrCat("norm_qkv_rope_kv_write_K4_", codebook_name(cb), "_m", m),
+                       [=](Backend& b, std::mt19937& rng) { return run_norm_qkv_rope_kv_write(b, rng, m, cb); }});
+    }
   }
 }
 

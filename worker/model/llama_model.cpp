@@ -285,17 +285,19 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
     Tensor q = b.q.view_bytes(0, b.q.dtype(), {n, layer.heads, hd});
     Tensor k = b.k.view_bytes(0, b.k.dtype(), {n, layer.kv_heads, hd});
     Tensor v = b.v.view_bytes(0, b.v.dtype(), {n, layer.kv_heads, hd});
-    Tensor q2 = q.reshape({n, layer.heads * hd}), k2 = k.reshape({n, layer.kv_heads * hd});
-    Tensor v2 = v.reshape({n, layer.kv_heads * hd});
     const LinearWeights* qkv[] = {&layer.q.weights(), &layer.k.weights(), &layer.v.weights()};
-    Tensor qkv_out[] = {q2, k2, v2};
-    be.norm_linears(b.x, layer.input_norm, eps, h, qkv, qkv_out);
-    if (c.qk_norm) {
+    PagedKv& kv = cache.layer(index);
+    if (c.qk_norm) {  // the per-head norms come between the projections and the rotation
+      Tensor qkv_out[] = {q.reshape({n, layer.heads * hd}), k.reshape({n, layer.kv_heads * hd}),
+                          v.reshape({n, layer.kv_heads * hd})};
+      be.norm_linears(b.x, layer.input_norm, eps, h, qkv, qkv_out);
       be.rms_norm(q, layer.q_norm, eps, q);
       be.rms_norm(k, layer.k_norm, eps, k);
+      be.rope_kv_write(q, k, v, inv_freq_, rope_.attention_scaling, kv, meta);
+    } else {
+      be.norm_qkv_rope_kv_write(b.x, layer.input_norm, eps, h, qkv, q, k, v, inv_freq_, rope_.attention_scaling, kv,
+                                meta);
     }
-    PagedKv& kv = cache.layer(index);
-    be.rope_kv_write(q, k, v, inv_freq_, rope_.attention_scaling, kv, meta);
     Tensor attn = b.attn.view_bytes(0, b.attn.dtype(), {n, layer.heads, hd});
     be.attention(q, kv, meta, attn);
     Tensor attn2 = attn.reshape({n, layer.heads * hd});
