@@ -339,18 +339,12 @@ class CudaBackend final : public Backend {
     if (fits) {
       const int64_t num_pages = check_cache(cache);
       check_meta(meta);
-      const PagedBatch batch = paged_batch(meta, cache.page_size);
       GemvRopeKv rope;
-      rope.positions = batch.positions;
-      rope.token_seq = batch.token_seq;
-      rope.page_table = batch.page_table;
+      rope.batch = paged_batch(meta, cache.page_size);
       rope.inv_freq = ptr<float>(inv_freq);
       rope.attention_scaling = attention_scaling;
       rope.k_pages = mut<__half>(cache.k_pages);
       rope.v_pages = mut<__half>(cache.v_pages);
-      rope.num_seqs = batch.num_seqs;
-      rope.max_pages = batch.max_pages;
-      rope.page_size = batch.page_size;
       rope.num_pages = num_pages;
       const FusedNorm norm{x, norm_weight, eps};
       const int64_t n = meta.num_tokens;

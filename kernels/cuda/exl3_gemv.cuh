@@ -9,6 +9,7 @@
 #include <span>
 
 #include "kernels/cuda/exl3_linear.cuh"
+#include "kernels/cuda/paged_attention.cuh"
 
 namespace exl3 {
 
@@ -53,16 +54,11 @@ enum class GemvEpilogue { kStore, kAddResidual, kSiluMul, kRopeKvWrite };
 // The rotation and the cache of kRopeKvWrite: heads of kGemvRopeHeadDim, rotated whole.
 constexpr int64_t kGemvRopeHeadDim = 128;
 struct GemvRopeKv {
-  const int32_t* positions = nullptr;   // [m]
-  const int32_t* token_seq = nullptr;   // [m]
-  const int32_t* page_table = nullptr;  // [num_seqs, max_pages]
-  const float* inv_freq = nullptr;      // [kGemvRopeHeadDim / 2]
+  PagedBatch batch;                // the step's tokens (m of them), positions and page tables
+  const float* inv_freq = nullptr;  // [kGemvRopeHeadDim / 2]
   float attention_scaling = 1.0f;
   __half* k_pages = nullptr;  // [num_pages, page_size, kv_heads, kGemvRopeHeadDim]
   __half* v_pages = nullptr;
-  int64_t num_seqs = 0;
-  int64_t max_pages = 0;
-  int64_t page_size = 0;
   int64_t num_pages = 0;
 };
 

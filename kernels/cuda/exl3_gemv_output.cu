@@ -87,8 +87,9 @@ __device__ __forceinline__ void finish(const GemvOutput& o, const ColumnScales& 
 
 // kRopeKvWrite: the cache page of the token at `pos` of sequence `seq` (a trap outside the table).
 __device__ __forceinline__ int32_t rope_page(const GemvRopeKv& r, int32_t pos, int32_t seq) {
-  if (seq < 0 || seq >= r.num_seqs || pos < 0 || pos / r.page_size >= r.max_pages) __trap();
-  return r.page_table[seq * r.max_pages + pos / r.page_size];
+  const PagedBatch& b = r.batch;
+  if (seq < 0 || seq >= b.num_seqs || pos < 0 || pos / b.page_size >= b.max_pages) __trap();
+  return b.page_table[seq * b.max_pages + pos / b.page_size];
 }
 
 // kRopeKvWrite (exl3_gemv.cuh): the lane's 4 values v (columns 4·lane .. 4·lane + 3 of head `head`
@@ -126,7 +127,7 @@ __device__ __forceinline__ void rope_kv_store(const GemvRopeKv& r, int which, co
   for (int e = 0; e < wht128::kPerLane; ++e) y[e] = out[e];
   if (which == 0) return;
   if (page < 0 || page >= r.num_pages) __trap();
-  __half* slot = (which == 1 ? r.k_pages : r.v_pages) + (page * r.page_size + pos % r.page_size) * o.n + col0;
+  __half* slot = (which == 1 ? r.k_pages : r.v_pages) + (page * r.batch.page_size + pos % r.batch.page_size) * o.n + col0;
 #pragma unroll
   for (int e = 0; e < wht128::kPerLane; ++e) slot[e] = out[e];
 }
@@ -176,8 +177,8 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
   int32_t pos = 0;
   int32_t seq = 0;
   if (kRope && active && group == 0) {
-    pos = args.rope.positions[row];
-    seq = which > 0 ? args.rope.token_seq[row] : 0;
+    pos = args.rope.batch.positions[row];
+    seq = which > 0 ? args.rope.batch.token_seq[row] : 0;
   }
 
   __shared__ float4 part[2][kWarps][kWarpSize];
@@ -267,11 +268,13 @@ void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream) {
       EXL3_CHECK(!args.output[i].y_f32 && args.output[i].out_features == args.output[i].n, "gemv output ", i,
                  ": rope/cache takes F16 outputs of whole heads");
     }
-    EXL3_CHECK(r.positions != nullptr && r.token_seq != nullptr && r.page_table != nullptr && r.inv_freq != nullptr &&
+    const PagedBatch& b = r.batch;
+    EXL3_CHECK(b.positions != nullptr && b.token_seq != nullptr && b.page_table != nullptr && r.inv_freq != nullptr &&
                    r.k_pages != nullptr && r.v_pages != nullptr,
                "gemv output: rope/cache null pointer");
-    EXL3_CHECK(r.num_seqs > 0 && r.max_pages > 0 && r.page_size > 0 && r.num_pages > 0, "gemv output: rope/cache of ",
-               r.num_seqs, " sequences, ", r.max_pages, " pages each, ", r.page_size, " a page, ", r.num_pages, " pages");
+    EXL3_CHECK(b.tokens == args.m && b.num_seqs > 0 && b.max_pages > 0 && b.page_size > 0 && r.num_pages > 0,
+               "gemv output: rope/cache of ", b.tokens, " tokens for ", args.m, " rows, ", b.num_seqs, " sequences, ",
+               b.max_pages, " pages each, ", b.page_size, " a page, ", r.num_pages, " pages");
   }
   if (args.epilogue == GemvEpilogue::kSiluMul) {
     EXL3_CHECK(args.outputs == 2 && args.output[0].n == args.output[1].n &&
