@@ -270,8 +270,9 @@ class Backend {
 
   // norm_linears(x, norm_weight, eps, h, qkv, {q, k, v} as [rows, heads · head_dim]) then
   // rope_kv_write(q, k, v, ...): a layer's norm, its q/k/v projections, their rotation and the cache
-  // write (CUDA, for a row or two into a 16-bit cache of 128-wide heads rotated whole: one matmul,
-  // whose output pass rotates q and k and writes the cache). q, k, v as for rope_kv_write.
+  // write (CUDA, for up to 64 rows into a 16-bit cache of 128-wide heads rotated whole: one matmul,
+  // whose output pass rotates q and k and writes the cache, and for a row or two normalizes x as
+  // it stages it). q, k, v as for rope_kv_write.
   virtual void norm_qkv_rope_kv_write(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
                                       std::span<const LinearWeights* const> qkv, Tensor& q, Tensor& k, Tensor& v,
                                       const Tensor& inv_freq, float attention_scaling, PagedKv& cache,

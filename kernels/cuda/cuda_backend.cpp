@@ -323,8 +323,9 @@ class CudaBackend final : public Backend {
   }
 
   // One GEMV launch whose output pass rotates q and k and writes the cache (GemvEpilogue::
-  // kRopeKvWrite) where the rows are few, the cache 16-bit and the heads 128 wide and rotated whole;
-  // else the composition.
+  // kRopeKvWrite) where the rows take the few-rows path (up to kGemvMaxRows; the RMSNorm fused too
+  // up to kGemvNormMaxRows, launched before above), the cache is 16-bit and the heads 128 wide and
+  // rotated whole; else the composition.
   void norm_qkv_rope_kv_write(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
                               std::span<const LinearWeights* const> qkv, Tensor& q, Tensor& k, Tensor& v,
                               const Tensor& inv_freq, float attention_scaling, PagedKv& cache,
@@ -335,7 +336,7 @@ class CudaBackend final : public Backend {
                       k.dtype() == DType::kF16 && v.dtype() == DType::kF16 && q.dim(0) == meta.num_tokens &&
                       q.dim(2) == kGemvRopeHeadDim && k.shape() == v.shape() &&
                       k.shape() == Shape({meta.num_tokens, cache.kv_heads, kGemvRopeHeadDim}) &&
-                      meta.num_tokens == x.dim(0) && meta.num_tokens <= kGemvNormMaxRows;
+                      meta.num_tokens == x.dim(0) && meta.num_tokens <= kGemvMaxRows;
     if (fits) {
       const int64_t num_pages = check_cache(cache);
       check_meta(meta);
@@ -346,11 +347,20 @@ class CudaBackend final : public Backend {
       rope.k_pages = mut<__half>(cache.k_pages);
       rope.v_pages = mut<__half>(cache.v_pages);
       rope.num_pages = num_pages;
-      const FusedNorm norm{x, norm_weight, eps};
       const int64_t n = meta.num_tokens;
       Tensor ys[] = {q.reshape({n, q.dim(1) * q.dim(2)}), k.reshape({n, k.dim(1) * k.dim(2)}),
                      v.reshape({n, v.dim(1) * v.dim(2)})};
-      if (cuda_fused_linears(linear_context(), qkv, h, ys, GemvEpilogue::kRopeKvWrite, &norm, &rope)) return;
+      if (n <= kGemvNormMaxRows) {
+        const FusedNorm norm{x, norm_weight, eps};
+        if (cuda_fused_linears(linear_context(), qkv, h, ys, GemvEpilogue::kRopeKvWrite, &norm, &rope)) return;
+      } else {
+        rms_norm(x, norm_weight, eps, h);
+        if (!cuda_fused_linears(linear_context(), qkv, h, ys, GemvEpilogue::kRopeKvWrite, nullptr, &rope)) {
+          linears(qkv, h, ys);
+          rope_kv_write(q, k, v, inv_freq, attention_scaling, cache, meta);
+        }
+        return;
+      }
     }
     Backend::norm_qkv_rope_kv_write(x, norm_weight, eps, h, qkv, q, k, v, inv_freq, attention_scaling, cache, meta);
   }

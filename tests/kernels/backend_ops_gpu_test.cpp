@@ -781,8 +781,8 @@ std::vector<Check> run_rope_kv_write(Backend& b, std::mt19937& rng, int64_t head
 
 // Backend::norm_qkv_rope_kv_write: the layer's RMSNorm of an F32 residual, q/k/v linears of 4 and 2
 // heads of 128 (q with a bias), q and k rotated, the rotated k and v in their cache slots; 1 and 2
-// tokens (CUDA: one matmul whose output pass rotates and writes the cache) and 5 (the
-// composition). Against rms_norm_ref, exl3_linear_ref rounded to the activation dtype, rope_ref and
+// tokens (CUDA: one matmul with the norm fused, whose output pass rotates and writes the cache), 5
+// and 9 (the RMSNorm launch, then that matmul). Against rms_norm_ref, exl3_linear_ref rounded to the activation dtype, rope_ref and
 // kv_write_ref, and exactly against Backend's composition of norm_linears and rope_kv_write.
 std::vector<Check> run_norm_qkv_rope_kv_write(Backend& b, std::mt19937& rng, int64_t m, Codebook cb) {
   constexpr float kEps = 1e-5f;
@@ -791,7 +791,8 @@ std::vector<Check> run_norm_qkv_rope_kv_write(Backend& b, std::mt19937& rng, int
   const std::vector<std::vector<int32_t>> tables = {{4, 7, 1}, {6, 0, 8}};
   std::vector<int32_t> page_table;
   for (const auto& t : tables) page_table.insert(page_table.end(), t.begin(), t.end());
-  // The step's tokens: sequence 0 at 5, 6, ... (one token of 1-2, three of 5), then sequence 1 at 40, ...
+  // The step's tokens: sequence 0 at 5, 6, ... (one token of 1-2, three of more), then sequence 1 at
+  // 40, ... (up to 47: the table's last page)
   HostStep step;
   const int64_t in_seq0 = m <= 2 ? 1 : 3;
   for (int64_t t = 0; t < m; ++t) {
@@ -867,7 +868,7 @@ void add_attention_cases(std::vector<OpCase>& cases) {
                      [=](Backend& b, std::mt19937& rng) { return run_rope_kv_write(b, rng, heads, kv, hd, rot); }});
   }
   for (Codebook cb : {Codebook::k3Inst, Codebook::kMul1}) {
-    for (int64_t m : {1, 2, 5}) {
+    for (int64_t m : {1, 2, 5, 9}) {
       cases.push_back({absl::StrCat("norm_qkv_rope_kv_write_K4_", codebook_name(cb), "_m", m),
                        [=](Backend& b, std::mt19937& rng) { return run_norm_qkv_rope_kv_write(b, rng, m, cb); }});
     }
