@@ -331,10 +331,10 @@ class CudaBackend final : public Backend {
                               const Tensor& inv_freq, float attention_scaling, PagedKv& cache,
                               const StepMeta& meta) override {
     const bool fits = cache.k_bits == 16 && cache.v_bits == 16 && cache.head_dim == kGemvRopeHeadDim &&
-                      inv_freq.dtype() == DType::kF32 && 2 * inv_freq.numel() == kGemvRopeHeadDim &&
-                      q.rank() == 3 && k.rank() == 3 && v.rank() == 3 && q.dtype() == DType::kF16 &&
-                      k.dtype() == DType::kF16 && v.dtype() == DType::kF16 && q.dim(0) == meta.num_tokens &&
-                      q.dim(2) == kGemvRopeHeadDim && k.shape() == v.shape() &&
+                      inv_freq.dtype() == DType::kF32 && 2 * inv_freq.numel() == kGemvRopeHeadDim && q.rank() == 3 &&
+                      k.rank() == 3 && v.rank() == 3 && q.dtype() == DType::kF16 && k.dtype() == DType::kF16 &&
+                      v.dtype() == DType::kF16 && q.dim(0) == meta.num_tokens && q.dim(2) == kGemvRopeHeadDim &&
+                      k.shape() == v.shape() &&
                       k.shape() == Shape({meta.num_tokens, cache.kv_heads, kGemvRopeHeadDim}) &&
                       meta.num_tokens == x.dim(0) && meta.num_tokens <= kGemvMaxRows;
     if (fits) {

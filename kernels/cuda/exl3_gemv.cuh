@@ -54,7 +54,7 @@ enum class GemvEpilogue { kStore, kAddResidual, kSiluMul, kRopeKvWrite };
 // The rotation and the cache of kRopeKvWrite: heads of kGemvRopeHeadDim, rotated whole.
 constexpr int64_t kGemvRopeHeadDim = 128;
 struct GemvRopeKv {
-  PagedBatch batch;                // the step's tokens (m of them), positions and page tables
+  PagedBatch batch;                 // the step's tokens (m of them), positions and page tables
   const float* inv_freq = nullptr;  // [kGemvRopeHeadDim / 2]
   float attention_scaling = 1.0f;
   __half* k_pages = nullptr;  // [num_pages, page_size, kv_heads, kGemvRopeHeadDim]

@@ -100,7 +100,8 @@ __device__ __forceinline__ int32_t rope_page(const GemvRopeKv& r, int32_t pos, i
 // Every lane of the warp.
 __device__ __forceinline__ void rope_kv_store(const GemvRopeKv& r, int which, const GemvOutput& o, int64_t row,
                                               int64_t head, int32_t pos, int32_t page, int lane,
-                                              const float (&freq)[wht128::kPerLane], const float (&v)[wht128::kPerLane]) {
+                                              const float (&freq)[wht128::kPerLane],
+                                              const float (&v)[wht128::kPerLane]) {
   __half out[wht128::kPerLane];
 #pragma unroll
   for (int e = 0; e < wht128::kPerLane; ++e) {
@@ -127,7 +128,8 @@ __device__ __forceinline__ void rope_kv_store(const GemvRopeKv& r, int which, co
   for (int e = 0; e < wht128::kPerLane; ++e) y[e] = out[e];
   if (which == 0) return;
   if (page < 0 || page >= r.num_pages) __trap();
-  __half* slot = (which == 1 ? r.k_pages : r.v_pages) + (page * r.batch.page_size + pos % r.batch.page_size) * o.n + col0;
+  __half* slot =
+      (which == 1 ? r.k_pages : r.v_pages) + (page * r.batch.page_size + pos % r.batch.page_size) * o.n + col0;
 #pragma unroll
   for (int e = 0; e < wht128::kPerLane; ++e) slot[e] = out[e];
 }
@@ -167,7 +169,8 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
     if constexpr (kRope) {
       if (which < 2) {
 #pragma unroll
-        for (int e = 0; e < wht128::kPerLane; ++e) freq[e] = args.rope.inv_freq[(wht128::kPerLane * lane + e) % (kGemvRopeHeadDim / 2)];
+        for (int e = 0; e < wht128::kPerLane; ++e)
+          freq[e] = args.rope.inv_freq[(wht128::kPerLane * lane + e) % (kGemvRopeHeadDim / 2)];
       }
     }
   }

@@ -782,8 +782,9 @@ std::vector<Check> run_rope_kv_write(Backend& b, std::mt19937& rng, int64_t head
 // Backend::norm_qkv_rope_kv_write: the layer's RMSNorm of an F32 residual, q/k/v linears of 4 and 2
 // heads of 128 (q with a bias), q and k rotated, the rotated k and v in their cache slots; 1 and 2
 // tokens (CUDA: one matmul with the norm fused, whose output pass rotates and writes the cache), 5
-// and 9 (the RMSNorm launch, then that matmul). Against rms_norm_ref, exl3_linear_ref rounded to the activation dtype, rope_ref and
-// kv_write_ref, and exactly against Backend's composition of norm_linears and rope_kv_write.
+// and 9 (the RMSNorm launch, then that matmul). Against rms_norm_ref, exl3_linear_ref rounded to
+// the activation dtype, rope_ref and kv_write_ref, and exactly against Backend's composition of
+// norm_linears and rope_kv_write.
 std::vector<Check> run_norm_qkv_rope_kv_write(Backend& b, std::mt19937& rng, int64_t m, Codebook cb) {
   constexpr float kEps = 1e-5f;
   constexpr int64_t kHeads = 4, kKvHeads = 2, kHeadDim = 128, kDim = 256;
@@ -803,14 +804,18 @@ std::vector<Check> run_norm_qkv_rope_kv_write(Backend& b, std::mt19937& rng, int
   const Tensor x = normal({m, kDim}, rng, 2.0f);
   const Tensor weight = uniform({kDim}, rng, 0.5f, 1.5f);
   const Tensor h_want = rounded(rms_norm_ref(x, weight, kEps), a);
-  const HostLinear lq = random_exl3_linear(rng, {kDim, kHeads * kHeadDim, kDim, kHeads * kHeadDim, 4, cb, m, false, true});
-  const HostLinear lk = random_exl3_linear(rng, {kDim, kKvHeads * kHeadDim, kDim, kKvHeads * kHeadDim, 4, cb, m, false, false});
-  const HostLinear lv = random_exl3_linear(rng, {kDim, kKvHeads * kHeadDim, kDim, kKvHeads * kHeadDim, 4, cb, m, false, false});
+  const HostLinear lq =
+      random_exl3_linear(rng, {kDim, kHeads * kHeadDim, kDim, kHeads * kHeadDim, 4, cb, m, false, true});
+  const HostLinear lk =
+      random_exl3_linear(rng, {kDim, kKvHeads * kHeadDim, kDim, kKvHeads * kHeadDim, 4, cb, m, false, false});
+  const HostLinear lv =
+      random_exl3_linear(rng, {kDim, kKvHeads * kHeadDim, kDim, kKvHeads * kHeadDim, 4, cb, m, false, false});
   Tensor want_q = rounded(exl3_reference(lq, h_want), a).reshape({m, kHeads, kHeadDim});
   Tensor want_k = rounded(exl3_reference(lk, h_want), a).reshape({m, kKvHeads, kHeadDim});
   const Tensor want_v = rounded(exl3_reference(lv, h_want), a).reshape({m, kKvHeads, kHeadDim});
   std::vector<float> inv_freq(kHeadDim / 2);
-  for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / kHeadDim));
+  for (size_t i = 0; i < inv_freq.size(); ++i)
+    inv_freq[i] = static_cast<float>(std::pow(500000.0, -2.0 * i / kHeadDim));
   constexpr float kScaling = 1.25f;
   rope_ref(want_q, step.positions, inv_freq, kScaling);
   rope_ref(want_k, step.positions, inv_freq, kScaling);
