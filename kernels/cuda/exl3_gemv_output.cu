@@ -15,6 +15,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
+#include "kernels/cuda/paged_cache_slots.cuh"
 #include "kernels/cuda/rope_rotation.cuh"
 
 namespace exl3 {
@@ -85,19 +86,12 @@ __device__ __forceinline__ void finish(const GemvOutput& o, const ColumnScales& 
   }
 }
 
-// kRopeKvWrite: the cache page of the token at `pos` of sequence `seq` (a trap outside the table).
-__device__ __forceinline__ int32_t rope_page(const GemvRopeKv& r, int32_t pos, int32_t seq) {
-  const PagedBatch& b = r.batch;
-  if (seq < 0 || seq >= b.num_seqs || pos < 0 || pos / b.page_size >= b.max_pages) __trap();
-  return b.page_table[seq * b.max_pages + pos / b.page_size];
-}
-
 // kRopeKvWrite (exl3_gemv.cuh): the lane's 4 values v (columns 4·lane .. 4·lane + 3 of head `head`
 // of `row`, output `which`: 0 q, 1 k, 2 v) rounded to fp16, q and k rotated, stored into y and, k
-// and v, into the token's cache slot (page: rope_page's; metadata outside the cache traps, as
-// launch_rope_kv_write). A head's pair (d, d + 64) sits in lanes l and l + 16 (same element),
-// exchanged by one shuffle. freq: inv_freq of the lane's 4 pair indices (read before the wait).
-// Every lane of the warp.
+// and v, into the token's cache slot (page: CacheSlots::page_of's; metadata outside the cache
+// traps, as launch_rope_kv_write). A head's pair (d, d + 64) sits in lanes l and l + 16 (same
+// element), exchanged by one shuffle. freq: inv_freq of the lane's 4 pair indices (read before the
+// wait). Every lane of the warp.
 __device__ __forceinline__ void rope_kv_store(const GemvRopeKv& r, int which, const GemvOutput& o, int64_t row,
                                               int64_t head, int32_t pos, int32_t page, int lane,
                                               const float (&freq)[wht128::kPerLane],
@@ -127,9 +121,8 @@ __device__ __forceinline__ void rope_kv_store(const GemvRopeKv& r, int which, co
 #pragma unroll
   for (int e = 0; e < wht128::kPerLane; ++e) y[e] = out[e];
   if (which == 0) return;
-  if (page < 0 || page >= r.num_pages) __trap();
   __half* slot =
-      (which == 1 ? r.k_pages : r.v_pages) + (page * r.batch.page_size + pos % r.batch.page_size) * o.n + col0;
+      (which == 1 ? r.k_pages : r.v_pages) + cache_slots(r.batch, r.num_pages).row_in(page, pos) * o.n + col0;
 #pragma unroll
   for (int e = 0; e < wht128::kPerLane; ++e) slot[e] = out[e];
 }
@@ -191,7 +184,8 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
   }
   // The page of a key or value slot: its load in flight through the barrier and the transform.
   int32_t page = 0;
-  if (kRope && active && group == 0 && which > 0) page = rope_page(args.rope, pos, seq);
+  if (kRope && active && group == 0 && which > 0)
+    page = cache_slots(args.rope.batch, args.rope.num_pages).page_of(seq, pos);
   __syncthreads();
   if (!active || group != 0) return;
 

@@ -11,29 +11,12 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/kv_quant.cuh"
 #include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/paged_cache_slots.cuh"
 
 namespace exl3 {
 namespace {
 
 constexpr int kThreads = 128;
-
-// Where each token of the batch goes in the cache: its row (page · page_size + slot) from the
-// sequence's page table. Metadata outside the batch or the cache traps.
-struct CacheSlots {
-  const int32_t* positions;
-  const int32_t* token_seq;
-  const int32_t* page_table;
-  int64_t num_seqs, max_pages, page_size, num_pages;
-
-  __device__ __forceinline__ int64_t row_of(int64_t t) const {
-    const int32_t seq = token_seq[t];
-    const int32_t pos = positions[t];
-    if (seq < 0 || seq >= num_seqs || pos < 0 || pos / page_size >= max_pages) __trap();
-    const int32_t page = page_table[seq * max_pages + pos / page_size];
-    if (page < 0 || page >= num_pages) __trap();
-    return static_cast<int64_t>(page) * page_size + pos % page_size;
-  }
-};
 
 struct KvWriteArgs {
   const __half* k;
@@ -119,7 +102,7 @@ void launch_kv_write(const KvWriteParams& p, cudaStream_t stream) {
   EXL3_CHECK(p.k != nullptr && p.v != nullptr, "kv_write: null k/v pointer");
   EXL3_CHECK(b.positions != nullptr && b.token_seq != nullptr && b.page_table != nullptr,
              "kv_write: null batch metadata");
-  const CacheSlots slots{b.positions, b.token_seq, b.page_table, b.num_seqs, b.max_pages, b.page_size, p.num_pages};
+  const CacheSlots slots = cache_slots(b, p.num_pages);
   if (p.k_bits != 16 || p.v_bits != 16) {
     const KvWriteQuantArgs q{p.k, p.v, KvSide{p.k_pages, p.k_words, p.k_scales, p.k_bits},
                              KvSide{p.v_pages, p.v_words, p.v_scales, p.v_bits}, slots, row_halves};

@@ -15,6 +15,7 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/paged_cache_slots.cuh"
 #include "kernels/cuda/rope_rotation.cuh"
 
 namespace exl3 {
@@ -30,14 +31,11 @@ struct Args {
   const __half* v;
   __half* k_pages;
   __half* v_pages;
-  const int32_t* positions;
-  const int32_t* token_seq;
-  const int32_t* page_table;
+  CacheSlots slots;
   const float* inv_freq;
   float attention_scaling;
   int heads, kv_heads, head_dim, half;
   int q_groups;
-  int64_t num_seqs, max_pages, page_size, num_pages;
 };
 
 __global__ void rope_kv_write_kernel(const Args a) {
@@ -61,8 +59,8 @@ __global__ void rope_kv_write_kernel(const Args a) {
   // table, read once the metadata is here.
   const float freq0 = tid < pairs ? a.inv_freq[tid % a.half] : 0.0f;
   wait_for_prerequisites();  // positions and q, k, v come from earlier kernels of the step
-  const int32_t pos = a.positions[t];
-  const int32_t seq = keys ? a.token_seq[t] : 0;
+  const int32_t pos = a.slots.positions[t];
+  const int32_t seq = keys ? a.slots.token_seq[t] : 0;
   float x1 = 0.0f, x2 = 0.0f;
   if (tid < pairs) {
     x1 = __half2float(x[pair_at(tid)]);
@@ -70,14 +68,9 @@ __global__ void rope_kv_write_kernel(const Args a) {
   }
   const __half v0 = keys && tid < elements ? v[tid] : __float2half_rn(0.0f);
 
-  // The cache slot of this token (keys only); metadata outside the cache traps, as kv_write.
+  // The cache slot of this token (keys only); metadata outside the cache traps (CacheSlots).
   int64_t slot = 0;
-  if (keys) {
-    if (seq < 0 || seq >= a.num_seqs || pos < 0 || pos / a.page_size >= a.max_pages) __trap();
-    const int32_t page = a.page_table[seq * a.max_pages + pos / a.page_size];
-    if (page < 0 || page >= a.num_pages) __trap();
-    slot = ((static_cast<int64_t>(page) * a.page_size + pos % a.page_size) * a.kv_heads + first_head) * a.head_dim;
-  }
+  if (keys) slot = (a.slots.row_in(a.slots.page_of(seq, pos), pos) * a.kv_heads + first_head) * a.head_dim;
   for (int i = tid; i < pairs; i += static_cast<int>(blockDim.x)) {
     const int at = pair_at(i);
     float f = freq0;
@@ -132,20 +125,14 @@ void launch_rope_kv_write(const RopeKvWriteParams& p, cudaStream_t stream) {
                p.v,
                p.k_pages,
                p.v_pages,
-               b.positions,
-               b.token_seq,
-               b.page_table,
+               cache_slots(b, p.num_pages),
                p.inv_freq,
                p.attention_scaling,
                static_cast<int>(p.heads),
                static_cast<int>(p.kv_heads),
                static_cast<int>(p.head_dim),
                static_cast<int>(p.rotary_dim / 2),
-               q_groups,
-               b.num_seqs,
-               b.max_pages,
-               b.page_size,
-               p.num_pages};
+               q_groups};
   launch_dependent_smem(rope_kv_write_kernel, dim3(static_cast<unsigned>(b.tokens), static_cast<unsigned>(q_groups + kv_groups)),
                         dim3(kThreads), 0, stream, a);
   EXL3_CUDA_CHECK_LAUNCH();
