@@ -26,6 +26,8 @@
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/exl3_gemv.cuh"
+#include "kernels/cuda/exl3_gemv_layout.cuh"
 #include "kernels/cuda/exl3_linear.cuh"
 #endif
 
@@ -231,6 +233,9 @@ struct GraphTime {
   double mean_us = 0.0, min_us = 0.0;
 };
 
+// The int8 GEMV's rows (exl3_gemv_int8.cu).
+constexpr int64_t kInt8LinearMaxRows = gemv::kInt8MaxGroups * gemv::kInt8GroupRows;
+
 class GemvRunner {
  public:
   GemvRunner(const GemvBenchOptions& o, std::FILE* progress) : o_(o), progress_(progress) {}
@@ -308,7 +313,11 @@ class GemvRunner {
         backend_->upload(host, dst);
       }
       if (o_.int8 && std::find(o_.codebooks.begin(), o_.codebooks.end(), "mul1") != o_.codebooks.end()) {
-        if (absl::Status st = time_int8_linear(shape, bits, *block, stride, buffers, *a, out); !st.ok()) return st;
+        for (const bool int8 : {false, true}) {
+          if (absl::Status st = time_mul1_linear(shape, bits, int8, *block, stride, buffers, *a, out); !st.ok()) {
+            return st;
+          }
+        }
       }
       for (const std::string& name : o_.codebooks) {
         const Codebook cb = *parse_codebook_name(name);
@@ -328,23 +337,25 @@ class GemvRunner {
     return absl::OkStatus();
   }
 
-  // The whole MUL1 linear with int8 activations (launch_exl3_linear: the int8 GEMV, which
-  // transforms and quantizes x itself, and the output pass) on the rotated trellis copies, for
-  // every row count the int8 path takes. x is the kernel rows' A, used as the linear's input.
-  absl::Status time_int8_linear(const GemvShape& shape, int bits, const Tensor& block, int64_t stride, int buffers,
-                                const Tensor& x, std::vector<GemvTiming>& out) {
-    const int64_t max_rows = std::min<int64_t>(x.dim(0), kInt8ActivationsMaxRows);
-    absl::StatusOr<Tensor> suh = upload(random_scales(shape.k, o_.seed + 3), "int8 suh");
+  // The whole MUL1 linear (launch_exl3_linear: the few-rows path's input staging, GEMV and output
+  // pass) with fp16 activations ('linear-f16', up to kGemvMaxRows rows) or int8 ('linear-int8', up
+  // to the int8 kernel's 32 rows, whatever kInt8ActivationsMaxRows lets the backends use) on the
+  // rotated trellis copies. x is the kernel rows' A, used as the linear's input; scratch_a has room
+  // for either path's prestaged input.
+  absl::Status time_mul1_linear(const GemvShape& shape, int bits, bool int8, const Tensor& block, int64_t stride,
+                                int buffers, const Tensor& x, std::vector<GemvTiming>& out) {
+    const int64_t max_rows = std::min<int64_t>(x.dim(0), int8 ? kInt8LinearMaxRows : kGemvMaxRows);
+    absl::StatusOr<Tensor> suh = upload(random_scales(shape.k, o_.seed + 3), "linear suh");
     if (!suh.ok()) return suh.status();
-    absl::StatusOr<Tensor> svh = upload(random_scales(shape.n, o_.seed + 4), "int8 svh");
+    absl::StatusOr<Tensor> svh = upload(random_scales(shape.n, o_.seed + 4), "linear svh");
     if (!svh.ok()) return svh.status();
-    absl::StatusOr<Tensor> y = backend_->allocate(DType::kF16, {max_rows, shape.n}, "int8 y");
+    absl::StatusOr<Tensor> y = backend_->allocate(DType::kF16, {max_rows, shape.n}, "linear y");
     if (!y.ok()) return y.status();
     const int64_t scratch_floats = (shape.k / 128) * max_rows * shape.n;  // one partial per slice at most
-    absl::StatusOr<Tensor> scratch = backend_->allocate(DType::kF32, {scratch_floats}, "int8 scratch");
+    absl::StatusOr<Tensor> scratch = backend_->allocate(DType::kF32, {scratch_floats}, "linear scratch");
     if (!scratch.ok()) return scratch.status();
-    // The linear's contract asks for scratch_a; the GEMV path transforms x itself and never uses it.
-    absl::StatusOr<Tensor> scratch_a = backend_->allocate(DType::kF16, {max_rows, shape.k}, "int8 scratch_a");
+    const int64_t scratch_a_halves = 4 * max_rows * shape.k;
+    absl::StatusOr<Tensor> scratch_a = backend_->allocate(DType::kF16, {scratch_a_halves}, "linear scratch_a");
     if (!scratch_a.ok()) return scratch_a.status();
     const auto* base = static_cast<const unsigned char*>(block.raw());
     for (int64_t rows : o_.rows) {
@@ -365,13 +376,14 @@ class GemvRunner {
         p.codebook = Codebook::kMul1;
         p.y = y->mutable_raw();
         p.scratch_a = static_cast<__half*>(scratch_a->mutable_raw());
+        p.scratch_a_halves = scratch_a_halves;
         p.scratch_c = static_cast<float*>(scratch->mutable_raw());
         p.scratch_c_floats = scratch_floats;
-        p.int8_activations = true;
+        p.int8_activations = int8;
         launch_exl3_linear(p, stream_);
       });
       if (!t.ok()) return t.status();
-      out.push_back(timing("linear-int8", shape, rows, bits, "mul1", *t, launches, buffers));
+      out.push_back(timing(int8 ? "linear-int8" : "linear-f16", shape, rows, bits, "mul1", *t, launches, buffers));
     }
     return absl::OkStatus();
   }
@@ -655,7 +667,9 @@ std::string gemv_bench_markdown(const GemvBenchOptions& o, const GemvBenchReport
   }
   md +=
       "\ngemm: launch_exl3_gemm alone (A fp16 ~N(0,1), C fp32, random trellis words); linear: Backend::linear, "
-      "input and output Hadamard transforms included (+ the time over the gemm row).\n";
+      "input and output Hadamard transforms included (+ the time over the gemm row); linear-f16 / linear-int8: the "
+      "whole MUL1 linear (launch_exl3_linear) with fp16 or int8 activations, its input staging and output pass "
+      "included.\n";
   if (!r.checks.empty()) {
     double worst = 0.0;
     int failed = 0;
@@ -734,9 +748,11 @@ void add_gemv_subcommand(CLI::App& app, GemvBenchOptions& o) {
       ->capture_default_str();
   cmd->add_flag("--check,!--no-check", o.check,
                 "Check the kernel against the CPU reference on 4096x4096 for every K, codebook and row count first");
-  cmd->add_flag("--int8,!--no-int8", o.int8,
-                "Also time the whole MUL1 linear with int8 activations (rows 'linear-int8', up to 32 rows; "
-                "kernels/int8_activations.h)");
+  cmd->add_flag(
+      "--int8,!--no-int8", o.int8,
+      "Also time the whole MUL1 linear at every row count, with fp16 activations (rows 'linear-f16', up to 64 "
+      "rows) and int8 (rows 'linear-int8', up to 32 rows; "
+      "kernels/int8_activations.h)");
   cmd->add_option("--seed", o.seed, "Seed of the random trellis and activations")->capture_default_str();
   cmd->add_option("--json", o.json_path, "Write the results as JSON here");
   cmd->add_option("--markdown", o.markdown_path, "Write the markdown table here");

@@ -26,10 +26,13 @@ enum class Int8Activations : uint8_t {
   kOn = 2,    // int8 wherever it applies
 };
 
-// The rows a matmul may have for int8 activations to apply. The CUDA kernel takes up to 32; on an
-// H200 (8B shape, bench/results/2026-12-02-s8-h200) int8 decode is faster than fp16 up to batch 8
-// (1,987 vs 1,932 tokens/s) and slower at 16 (3,287 vs 3,772) since the fp16 path stages its input
-// once per matmul (exl3_gemv_stage.cu) while the int8 kernel's blocks still quantize their slices.
+// The rows a matmul may have for int8 activations to apply. The CUDA kernel takes up to 32, but on
+// an H200 it is slower than the fp16 path past 8 rows even with its input quantized once per
+// matmul (exl3_gemv_stage_int8.cu): each tile's products grow with the rows, and the int8 ones do
+// 4 multiply-adds per weight (the state's 4 bytes) where fp16 does one. The 8B's 4096x28672 at 32
+// rows: 67.9 us with int8, 59.9 with fp16; 8B decode batch 32: 5,265 vs 6,044 tokens/s, batch 16
+// 3,678 vs 3,846 (bench/results/2026-12-05-s11-h200 run 1). Up to 8 rows int8 is faster (batch 8:
+// 2,298 vs 1,966).
 constexpr int64_t kInt8ActivationsMaxRows = 8;
 // Under kAuto: wider weights are accurate enough that the activation rounding would dominate.
 constexpr int kInt8AutoMaxBits = 6;

@@ -401,6 +401,37 @@ void prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t
   launch_gemv_stage(s, stream);
 }
 
+// Stages the int8 kernel's q into ps[0].scratch_a (per problem: the staged words, then the two
+// side tables, 16-byte aligned) and points the problems at it, from kInt8PrestageMinRows rows on
+// where scratch_a holds it (4 bytes an input a row; below that, or with the fused RMSNorm, the
+// kernel's blocks quantize their own slices).
+void prestage_int8(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
+  const Exl3LinearParams& p0 = ps[0];
+  if (p0.m < kInt8PrestageMinRows || p0.scratch_a == nullptr || p0.norm_x != nullptr) return;
+  const int64_t k_tiles = p0.k / kTileSize;
+  const int64_t k_blocks = p0.k / wht128::kBlock;
+  const int64_t q_words = p0.m * k_tiles * 16;
+  const int64_t side_words = (2 * p0.m * k_blocks + 3) / 4 * 4;
+  const int64_t problem_words = q_words + side_words;
+  const int64_t capacity = p0.scratch_a_halves > 0 ? p0.scratch_a_halves : p0.m * p0.k;
+  if (static_cast<int64_t>(ps.size()) * problem_words * 2 > capacity) return;
+  GemvStageArgs s{};
+  s.x = p0.x;
+  s.m = static_cast<int>(p0.m);
+  s.in_features = p0.in_features;
+  s.k = p0.k;
+  s.problems = static_cast<int>(ps.size());
+  auto* words = reinterpret_cast<uint32_t*>(p0.scratch_a);
+  for (int i = 0; i < s.problems; ++i) {
+    uint32_t* staged = words + i * problem_words;
+    float* sides = reinterpret_cast<float*>(staged + q_words);
+    s.problem[i] = {ps[static_cast<size_t>(i)].suh, staged, sides};
+    args.problem[i].prestaged = staged;
+    args.problem[i].prestaged_sums = sides;
+  }
+  launch_gemv_stage_int8(s, stream);
+}
+
 }  // namespace
 
 bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch_floats) {
@@ -473,6 +504,7 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
   }
   if (int8) {
     const int blocks = assign_blocks(args, plan);
+    prestage_int8(ps, args, stream);
     launch_exl3_gemv_int8(args, p0.bits, plan.stage_blocks,
                           dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices)), stream);
   } else {

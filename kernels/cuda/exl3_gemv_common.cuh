@@ -26,10 +26,13 @@ struct GemvProblem {
   int64_t n;
   int block_begin;
   int blocks;
-  // fp16 linear only: A of the whole k already in the staged layout (launch_gemv_stage), which a
-  // block copies instead of transforming its slice of x itself; null: the block stages its slice.
-  const uint32_t* prestaged = nullptr;  // [m_blocks][k tiles][staged_words_per_tile]
-  const float* prestaged_sums = nullptr;  // MUL1: the staged values' sum per row and 128 inputs [m][k / 128]
+  // Linear only: the input of the whole k already in the kernel's staged layout, which a block
+  // copies instead of transforming (and quantizing) its slice of x itself; null: the block stages
+  // its slice. fp16 (launch_gemv_stage): A as [m_blocks][k tiles][staged_words_per_tile], for MUL1
+  // the staged values' sum per row and 128 inputs [m][k / 128]. int8 (launch_gemv_stage_int8): q as
+  // [m][k tiles][16], then scale · KINV [m][k / 128] and scale · Σ q [m][k / 128].
+  const uint32_t* prestaged = nullptr;
+  const float* prestaged_sums = nullptr;
 };
 
 struct GemvArgs {
@@ -351,5 +354,10 @@ struct GemvStageArgs {
 };
 
 void launch_gemv_stage(const GemvStageArgs& args, cudaStream_t stream);
+
+// The int8 kernel's input for the whole k (exl3_gemv_stage_int8.cu): per problem the staged q
+// [m][k tiles][16] words into staged and the side tables into sums (GemvProblem::prestaged_sums'
+// layout); m_blocks, doubled and row_sums are not read.
+void launch_gemv_stage_int8(const GemvStageArgs& args, cudaStream_t stream);
 
 }  // namespace exl3::gemv

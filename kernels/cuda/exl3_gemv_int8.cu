@@ -32,6 +32,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/dynamic_shared_memory.cuh"
 #include "kernels/cuda/exl3_gemv_common.cuh"
+#include "kernels/cuda/exl3_gemv_int8_quant.cuh"
 #include "kernels/cuda/exl3_gemv_layout.cuh"
 #include "kernels/cuda/exl3_tile.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
@@ -41,20 +42,7 @@ namespace {
 
 using trellis::kTileSize;
 
-constexpr uint32_t kMul1Multiplier = 0x83DCD12Du;
-constexpr float kMul1Inv = 0.00676727294921875f;  // KINV, fp16 0x1EEE
-// value = KINV·t + kMul1Offset, t the byte sum: 1024·KINV + KBIAS = 6.9296875 - 10.3828125, exact.
-constexpr float kMul1Offset = -3.453125f;
-constexpr int kQMax = 127;
-
 static_assert(wht128::kBlock == kSliceTiles * kTileSize, "a stage is one 128-input block");
-
-// Staged q, compact: row r's words start at r · row_words; in them tile i's 16 words are lane
-// t = 0..3's uint4 {q at inputs 2t, 2t + 1, 2t + 8, 2t + 9}, each q repeated in all 4 bytes: the
-// B registers of the tile's two products (first: b0, b1; second: b2, b3) for a lane of that row.
-__device__ __forceinline__ int staged_word(int kk) {  // input kk of a tile -> word within the tile
-  return 4 * ((kk % 8) / 2) + (kk & 1) + 2 * (kk / 8);
-}
 
 // The block's shared memory beside the (static) rings, carved from the dynamic allocation:
 // int8_smem_words less the rings.
@@ -71,9 +59,9 @@ __device__ __forceinline__ int side_index(int row, int block) {
 }
 
 // Quantizes the block's slice of x's transform (exactly the fp16 kernel's staged values, then per
-// 128-input block of a row: amax, q = round(a · (127 / amax)) in -127..127, scale = amax / 127)
-// into the staged q and the side tables. One warp per (row, block). A block with a NaN or infinite
-// input gets a NaN scale, so the row's outputs are NaN, as the fp16 path's would be.
+// 128-input block of a row quantize_int8_block) into the staged q and the side tables. One warp
+// per (row, block). A block with a NaN or infinite input gets a NaN scale, so the row's outputs are
+// NaN, as the fp16 path's would be.
 template <int kGroups>
 __device__ __forceinline__ void stage_slice_int8(const GemvArgs& args, const __half* suh, int64_t k0, int num_tiles,
                                                  const Int8Smem& sm, const float* norm_scales) {
@@ -107,40 +95,60 @@ __device__ __forceinline__ void stage_slice_int8(const GemvArgs& args, const __h
       const int block = job % blocks;
       const int kk0 = block * wht128::kBlock + wht128::kPerLane * lane;
       transform_values(v[b], lane);
-      float amax = 0.0f;
-      bool finite = true;
-#pragma unroll
-      for (int e = 0; e < wht128::kPerLane; ++e) {
-        v[b][e] = __half2float(__float2half_rn(v[b][e]));
-        finite = finite && isfinite(v[b][e]);
-        amax = fmaxf(amax, fabsf(v[b][e]));
-      }
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-      finite = __all_sync(0xFFFFFFFFu, finite);
-      const bool quantize = finite && amax > 0.0f;
-      const float inv = quantize ? __fdiv_rn(static_cast<float>(kQMax), amax) : 0.0f;
-      uint32_t* row_words = sm.staged + row * sm.row_words;
-      int qsum = 0;
-#pragma unroll
-      for (int e = 0; e < wht128::kPerLane; ++e) {
-        const int q = quantize ? max(-kQMax, min(kQMax, __float2int_rn(__fmul_rn(v[b][e], inv)))) : 0;
-        qsum += q;
-        const int kk = kk0 + e;
-        row_words[(kk / kTileSize) * 16 + staged_word(kk % kTileSize)] = static_cast<uint32_t>(q & 0xFF) * 0x01010101u;
-      }
-#pragma unroll
-      for (int offset = 16; offset > 0; offset /= 2) qsum += __shfl_xor_sync(0xFFFFFFFFu, qsum, offset);
+      const Int8Block q = quantize_int8_block(v[b], lane, kk0, sm.staged + row * sm.row_words);
       if (lane == 0) {
-        const float scale =
-            !finite ? __int_as_float(0x7FC00000) : amax > 0.0f ? __fdiv_rn(amax, static_cast<float>(kQMax)) : 0.0f;
-        sm.scale[side_index(row, block)] = scale * kMul1Inv;
-        sm.qsum[side_index(row, block)] = scale * static_cast<float>(qsum);
+        sm.scale[side_index(row, block)] = q.scale * kMul1Inv;
+        sm.qsum[side_index(row, block)] = q.scale * static_cast<float>(q.qsum);
       }
     }
   }
-  __syncthreads();
-  for (int r = static_cast<int>(threadIdx.x); r < args.m; r += kThreads) {
+}
+
+// The block's slice of the prestaged q (launch_gemv_stage_int8: the whole k, row r's words at
+// r · k_tiles · 16, then the scale · KINV and the scale · Σ q of every (row, 128-input block))
+// copied into the staged q and the side tables (zeros for the group's rows past m). The caller
+// synchronises.
+template <int kGroups>
+__device__ __forceinline__ void copy_prestaged_slice_int8(const GemvArgs& args, const GemvProblem& pr, int64_t tk0,
+                                                          int num_tiles, const Int8Smem& sm) {
+  const int64_t k_tiles = args.k / kTileSize;
+  const int chunks = num_tiles * 4;  // uint4 a row
+  const int total = args.m * chunks;
+  constexpr int kInFlight = 4;
+  for (int first = static_cast<int>(threadIdx.x); first < total; first += kInFlight * kThreads) {
+    uint4 v[kInFlight];
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      const int c = first + j * kThreads;
+      if (c < total) {
+        v[j] = __ldg(reinterpret_cast<const uint4*>(pr.prestaged + ((c / chunks) * k_tiles + tk0) * 16) + c % chunks);
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kInFlight; ++j) {
+      const int c = first + j * kThreads;
+      if (c < total) reinterpret_cast<uint4*>(sm.staged + (c / chunks) * sm.row_words)[c % chunks] = v[j];
+    }
+  }
+  const int64_t k_blocks = args.k / wht128::kBlock;
+  const int64_t block0 = tk0 / kSliceTiles;
+  const int blocks = num_tiles / kSliceTiles;
+  const float* scales = pr.prestaged_sums;
+  const float* qsums = pr.prestaged_sums + args.m * k_blocks;
+  for (int i = static_cast<int>(threadIdx.x); i < kGroups * kInt8GroupRows * blocks; i += kThreads) {
+    const int row = i / blocks;
+    const int block = i % blocks;
+    const bool real = row < args.m;
+    const int64_t at = row * k_blocks + block0 + block;
+    sm.scale[side_index(row, block)] = real ? __ldg(scales + at) : 0.0f;
+    sm.qsum[side_index(row, block)] = real ? __ldg(qsums + at) : 0.0f;
+  }
+}
+
+// Each row's bias over the slice's blocks (in block order), from the side tables; the caller
+// synchronises before and after.
+__device__ __forceinline__ void sum_row_biases(int m, int blocks, const Int8Smem& sm) {
+  for (int r = static_cast<int>(threadIdx.x); r < m; r += kThreads) {
     float sum = 0.0f;
     for (int b = 0; b < blocks; ++b) sum += sm.qsum[side_index(r, b)];
     sm.row_bias[r] = kMul1Offset * sum;
@@ -174,7 +182,9 @@ __device__ __forceinline__ void mma_16832_u8s8(int (&d)[4], const uint32_t (&a)[
 template <int kBits, int kStageBlocks>
 using Int8Ring = TrellisRing<kBits, kStageBlocks * kSliceTiles, int8_ring_slots(kBits)>;
 
-template <int kBits, int kGroups, int kStageBlocks>
+// kPrestaged: the problems' q is prestaged (GemvProblem::prestaged; its own instance, so that the
+// few-rows instances keep the registers of one prologue).
+template <int kBits, int kGroups, int kStageBlocks, bool kPrestaged>
 __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_gemv_int8_kernel(GemvArgs args) {
   using Ring = Int8Ring<kBits, kStageBlocks>;
   constexpr int kWords = Ring::kWords;
@@ -209,8 +219,15 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
   stream.prime(num_stages);
   wait_for_prerequisites();
 
-  if (args.norm_x != nullptr) block_norm_scales(args, norm);
-  stage_slice_int8<kGroups>(args, pr.suh, work.tk_begin * kTileSize, work.num_tiles, sm, norm + kMaxNormRows * kWarps);
+  if constexpr (kPrestaged) {
+    copy_prestaged_slice_int8<kGroups>(args, pr, work.tk_begin, work.num_tiles, sm);
+  } else {
+    if (args.norm_x != nullptr) block_norm_scales(args, norm);
+    stage_slice_int8<kGroups>(args, pr.suh, work.tk_begin * kTileSize, work.num_tiles, sm,
+                              norm + kMaxNormRows * kWarps);
+  }
+  __syncthreads();
+  sum_row_biases(args.m, work.num_tiles / kSliceTiles, sm);
   __syncthreads();
 
   const trellis::LaneWindow window = trellis::lane_window<kBits>(lane);
@@ -304,27 +321,47 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
 
 // The kernel for m rows at K = kBits, with the most dynamic shared memory any launch of it takes
 // allowed (above 48 KiB it must be opted into, once per device).
-template <int kBits, int kGroups, int kStageBlocks>
-void launch_groups(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
-  allow_shared_bytes<exl3_gemv_int8_kernel<kBits, kGroups, kStageBlocks>>(
-      static_cast<size_t>(kInt8SmemWords - kWarps * int8_ring_words(kBits, kStageBlocks)) * 4);
-  launch_dependent_smem(exl3_gemv_int8_kernel<kBits, kGroups, kStageBlocks>, grid, kThreads, smem_bytes, stream, args);
+template <int kBits, int kGroups, int kStageBlocks, bool kPrestaged>
+void launch_instance(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
+  constexpr auto kernel = exl3_gemv_int8_kernel<kBits, kGroups, kStageBlocks, kPrestaged>;
+  allow_shared_bytes<kernel>(
+      static_cast<size_t>(int8_smem_cap_words(kGroups) - kWarps * int8_ring_words(kBits, kStageBlocks)) * 4);
+  launch_dependent_smem(kernel, grid, kThreads, smem_bytes, stream, args);
 }
 
-// Two-block stages exist for one group of rows at K <= 6 (int8_wide_stages_allowed).
+template <int kBits, int kGroups>
+void launch_groups(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
+  if (args.problem[0].prestaged != nullptr) {
+    launch_instance<kBits, kGroups, 1, true>(args, grid, smem_bytes, stream);
+  } else {
+    launch_instance<kBits, kGroups, 1, false>(args, grid, smem_bytes, stream);
+  }
+}
+
+// Two-block stages exist for one group of rows at K <= 6 (int8_wide_stages_allowed), below
+// kInt8PrestageMinRows rows: never prestaged.
+static_assert(kInt8WideStageRows < kInt8PrestageMinRows);
 template <int kBits>
 void launch_bits(const GemvArgs& args, int stage_blocks, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
   if constexpr (kBits <= 6) {
     if (stage_blocks == 2) {
-      launch_groups<kBits, 1, 2>(args, grid, smem_bytes, stream);
+      launch_instance<kBits, 1, 2, false>(args, grid, smem_bytes, stream);
       return;
     }
   }
   switch (int8_groups_of(args.m)) {
-    case 1: launch_groups<kBits, 1, 1>(args, grid, smem_bytes, stream); break;
-    case 2: launch_groups<kBits, 2, 1>(args, grid, smem_bytes, stream); break;
-    case 3: launch_groups<kBits, 3, 1>(args, grid, smem_bytes, stream); break;
-    default: launch_groups<kBits, 4, 1>(args, grid, smem_bytes, stream); break;
+    case 1:
+      launch_groups<kBits, 1>(args, grid, smem_bytes, stream);
+      break;
+    case 2:
+      launch_groups<kBits, 2>(args, grid, smem_bytes, stream);
+      break;
+    case 3:
+      launch_groups<kBits, 3>(args, grid, smem_bytes, stream);
+      break;
+    default:
+      launch_groups<kBits, 4>(args, grid, smem_bytes, stream);
+      break;
   }
 }
 

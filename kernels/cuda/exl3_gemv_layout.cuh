@@ -82,10 +82,19 @@ __host__ __device__ constexpr int staged_bytes(int m_blocks, int tiles, bool dou
 constexpr int kInt8GroupRows = 8;
 constexpr int kInt8MaxGroups = 4;
 constexpr int kMaxSliceBlocks = kMaxTilesPerSlice / kSliceTiles;
-// At most 55 KiB a block, so that 4 blocks (the register limit of one group) fit an SM's 227 KiB
-// with their 1 KiB reserve: measured, a slice long enough to cost a block of residency is slower
-// than more, shorter slices (opted in above 48 KiB).
-constexpr int kInt8SmemWords = 55 * 256;
+// The blocks per SM the int8 kernel's registers allow (its launch bounds): 4 for one group of rows,
+// 3 for two, 2 for three or four.
+__host__ __device__ constexpr int int8_blocks_per_sm(int groups) { return groups == 1 ? 4 : groups == 2 ? 3 : 2; }
+// A block's shared memory at most: for one group 55 KiB, so that 4 blocks fit an SM's 227 KiB with
+// their 1 KiB reserve (measured, a slice long enough to cost a block of residency is slower than
+// more, shorter slices); for more groups what their resident blocks leave of an SM, so that 9-32
+// rows, whose staged q takes 64 bytes a tile a row, still take slices of several blocks (55 KiB
+// held one 128-input block of 32 rows: as many partial products as blocks of k; with the input
+// prestaged too, 4096x28672 at 32 rows took 67.9 us instead of 101.9 on the H200). Opted into above
+// 48 KiB.
+__host__ __device__ constexpr int int8_smem_cap_words(int groups) {
+  return groups <= 1 ? 55 * 256 : (227 * 1024 / int8_blocks_per_sm(groups) - 1024) / 4;
+}
 constexpr int kStaticSmemWords = 48 * 256;  // a kernel's static shared memory (the rings) at most
 // Two-block stages halve the per-stage work (the wait, the barrier, the next stage's copies) where
 // the staged q is small: at most this many rows, and K <= 6 (wider rings would pass 48 KiB).
@@ -115,18 +124,25 @@ __host__ __device__ constexpr int int8_smem_words(int bits, int m, int tiles, in
 }
 
 // The largest k-slice (whole stages, at most kMaxTilesPerSlice tiles) whose shared memory fits
-// kInt8SmemWords.
+// int8_smem_cap_words.
 __host__ __device__ constexpr int max_tiles_per_slice_int8(int bits, int m, int stage_blocks) {
   const int step = stage_blocks * kSliceTiles;
   int tiles = kMaxTilesPerSlice;
-  while (tiles > step && int8_smem_words(bits, m, tiles, stage_blocks) > kInt8SmemWords) tiles -= step;
+  while (tiles > step && int8_smem_words(bits, m, tiles, stage_blocks) > int8_smem_cap_words(int8_groups_of(m))) {
+    tiles -= step;
+  }
   return tiles;
 }
-static_assert(int8_smem_words(8, kInt8MaxGroups * kInt8GroupRows, kSliceTiles, 1) <= kInt8SmemWords);
+static_assert(int8_smem_words(8, kInt8MaxGroups* kInt8GroupRows, kSliceTiles, 1) <=
+              int8_smem_cap_words(kInt8MaxGroups));
 static_assert(kWarps * int8_ring_words(6, 2) <= kStaticSmemWords && kWarps * int8_ring_words(8, 1) <= kStaticSmemWords);
-static_assert(int8_smem_words(6, kInt8WideStageRows, 2 * kSliceTiles, 2) <= kInt8SmemWords);
+static_assert(int8_smem_words(6, kInt8WideStageRows, 2 * kSliceTiles, 2) <= int8_smem_cap_words(1));
 
-// Blocks per SM the int8 kernel's registers allow (its launch bounds): 4 for one group of rows.
-__host__ __device__ constexpr int int8_blocks_per_sm(int groups) { return groups == 1 ? 4 : groups == 2 ? 3 : 2; }
+// The int8 linear takes its quantized input prestaged (exl3_gemv_stage_int8.cu, one launch more)
+// from this many rows on, where the scratch holds it; below, every block of a k-slice quantizes
+// its slice of x itself. Measured on the H200, 8B decode with int8 auto against no prestaging:
+// batch 4 even (1,207 / 1,212 vs 1,205 / 1,226 tokens/s), 5 +1-3%, 6 +4-5%, 8 +8-9%, and at 1-2 rows
+// the matmul takes the RMSNorm itself (never prestaged).
+constexpr int kInt8PrestageMinRows = 5;
 
 }  // namespace exl3::gemv

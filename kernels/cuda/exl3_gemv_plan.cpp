@@ -30,6 +30,10 @@ constexpr double kPartialBytesPerUs = 3.3e6;
 // groups): 2.8 us at 32 rows (gate/up 63.4 us for 22.3 groups, down 38.2 for 14.3). One m-block
 // and 3-4 are scaled from it by their tensor-core products per tile (estimates).
 constexpr double kFp16GroupUs[4] = {2.2, 2.8, 3.6, 4.4};
+// The int8 kernel's, by groups of 8 rows: 1.8 us for one (8192x28672 at 1 row, 48.7 us for 27
+// groups a warp), the rest estimates (its products per tile grow with the groups; 9-32 rows only
+// the tests and exl3-bench gemv ask for: the backends stop at kInt8ActivationsMaxRows).
+constexpr double kInt8GroupUs[4] = {1.8, 2.2, 2.6, 3.0};
 
 }  // namespace
 
@@ -55,6 +59,13 @@ GemvKernelShape int8_shape(int rows, int bits, int stage_blocks) {
   s.max_tiles = max_tiles_per_slice_int8(bits, rows, stage_blocks);
   s.granule_tiles = stage_blocks * kSliceTiles;
   s.tile_cost = stage_blocks == 2 ? kWideStageTileCost : 1.0;
+  // Past one group of rows (prestaged q) the slices' partial products are priced as for the fp16
+  // kernel's prestaged A. Not for one group, prestaged from kInt8PrestageMinRows rows or not:
+  // pricing them at 5-8 rows took longer slices for the 8B's gate/up (4096x28672 at 8 rows 33.2 ->
+  // 34.8 us) and measured slower in the model (8B decode batch 8 with int8 auto 2,298 / 2,291 ->
+  // 2,232 / 2,226 tokens/s, bench/results/2026-12-05-s11-h200 run 3).
+  s.partial_rows = rows > kInt8GroupRows ? rows : 0;
+  s.group_us = kInt8GroupUs[std::clamp(int8_groups_of(rows), 1, kInt8MaxGroups) - 1];
   return s;
 }
 
@@ -68,8 +79,8 @@ GemvKernelShape gemv_kernel_shape(int64_t m, int bits, Codebook codebook, bool i
   s.max_tiles = max_tiles_per_slice(bits, m_blocks(m), staged_doubled(codebook == Codebook::kMul1, m_blocks(m)));
   s.granule_tiles = kSliceTiles;
   // Prestaged A (kGemvPrestageMinRows rows on): a longer slice costs no more staging, so its fewer
-  // partial products are what the model weighs. Below, and in the int8 kernel, every block of a
-  // slice stages it, which the model does not price; their measured plans keep kSliceGroups alone.
+  // partial products are what the model weighs. Below, every block of a slice stages it, which the
+  // model does not price; their measured plans keep kSliceGroups alone.
   s.partial_rows = m >= kGemvPrestageMinRows ? static_cast<int>(m) : 0;
   s.group_us = kFp16GroupUs[std::clamp(m_blocks(m), 1, 4) - 1];
   return s;

@@ -120,6 +120,7 @@ struct LinearCall {
   const float* bias = nullptr;      // host [out_features] or null
   bool y_f32 = false;
   int64_t scratch_rows = 0;         // rows of n floats in scratch_c and of k halves in scratch_a (at least m)
+  int64_t scratch_a_rows = 0;       // rows of k halves in scratch_a (at least m); 0: scratch_rows
   bool int8_activations = false;    // Exl3LinearParams::int8_activations
   // Exl3LinearParams::norm_x: host F32 [m, in_features] normalized by the matmul (x is then unused).
   const float* norm_x = nullptr;
@@ -139,10 +140,12 @@ inline std::vector<float> gpu_linear(const HostLayer& h, const DeviceLayer& d, c
   x.upload(call.x, x_count);
   DeviceBuffer<float> bias(static_cast<size_t>(call.out_features));
   if (call.bias != nullptr) bias.upload(call.bias, static_cast<size_t>(call.out_features));
-  // scratch_rows also sizes scratch_a: with room past m·k the few-rows path prestages A
-  // (launch_gemv_stage); with m·k alone (scratch_rows <= m) its blocks stage their own slices.
+  // scratch_rows also sizes scratch_a unless scratch_a_rows does: with room past m·k the few-rows
+  // path prestages its input (launch_gemv_stage, launch_gemv_stage_int8); with m·k alone its blocks
+  // stage their own slices.
   const int64_t scratch_rows = std::max(call.m, call.scratch_rows);
-  DeviceBuffer<__half> scratch_a(static_cast<size_t>(scratch_rows * h.k));
+  const int64_t scratch_a_rows = std::max(call.m, call.scratch_a_rows > 0 ? call.scratch_a_rows : scratch_rows);
+  DeviceBuffer<__half> scratch_a(static_cast<size_t>(scratch_a_rows * h.k));
   DeviceBuffer<float> scratch_c(static_cast<size_t>(scratch_rows * h.n));
   DeviceBuffer<uint8_t> y(y_bytes + kGuardBytes);
   EXL3_CUDA_CHECK(cudaMemset(y.get(), kSentinel, y_bytes + kGuardBytes));
@@ -165,7 +168,7 @@ inline std::vector<float> gpu_linear(const HostLayer& h, const DeviceLayer& d, c
   p.scratch_a = scratch_a.get();
   p.scratch_c = scratch_c.get();
   p.scratch_c_floats = scratch_rows * h.n;
-  p.scratch_a_halves = scratch_rows * h.k;
+  p.scratch_a_halves = scratch_a_rows * h.k;
   p.int8_activations = call.int8_activations;
   const size_t norm_count = call.norm_x != nullptr ? x_count : 1;
   DeviceBuffer<float> norm_x(norm_count);

@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <span>
@@ -198,6 +199,34 @@ TEST_F(Exl3GemvInt8GpuTest, LinearMatchesReferenceOnLargeAndPaddedShapes) {
   check_case({1152, 256, 1100, 256, 1, 4, true}, 12);
   check_case({1152, 256, 1152, 256, 2, 6, false}, 13);
   check_case({2048, 512, 2048, 512, 2, 6, false}, 14);
+}
+
+// From kInt8PrestageMinRows rows, with room in scratch_a (4 bytes an input a row), q is quantized
+// once for the whole k ahead of the matmul (launch_gemv_stage_int8) instead of by every block for
+// its slice: the same quantization, the same launch plan and the same sums in the same order, so
+// the same bits.
+TEST_F(Exl3GemvInt8GpuTest, PrestagedInputMatchesBlockStaging) {
+  for (const int64_t m : {int64_t{5}, int64_t{8}, int64_t{9}, int64_t{24}, int64_t{32}}) {
+    SCOPED_TRACE(::testing::Message() << m << " rows");
+    constexpr int64_t kK = 2048, kN = 512;
+    const HostLayer h = random_layer(kK, kN, 4, Codebook::kMul1, 70 + static_cast<uint32_t>(m));
+    const DeviceLayer d(h);
+    std::mt19937 rng(80 + static_cast<uint32_t>(m));
+    const std::vector<uint16_t> x = normal_halves(static_cast<size_t>(m * kK), rng);
+    LinearCall call = int8_call(m, kK, kN, x, 64 * m);
+    const std::vector<float> prestaged = gpu_linear(h, d, call);
+    call.scratch_a_rows = m;  // m·k halves: no room for q
+    const std::vector<float> staged_by_blocks = gpu_linear(h, d, call);
+    ASSERT_EQ(prestaged.size(), staged_by_blocks.size());
+    int64_t differ = 0;
+    for (size_t i = 0; i < prestaged.size(); ++i) {
+      differ += std::memcmp(&prestaged[i], &staged_by_blocks[i], sizeof(float)) != 0 ? 1 : 0;
+    }
+    EXPECT_EQ(differ, 0) << "of " << prestaged.size() << " outputs";
+    // And both are the int8 linear (not a fallback): within the reference's bounds.
+    const std::vector<float> want = reference_int8_linear(h, gpu_transformed_input(h, d, x, m, kK), kN, {});
+    EXPECT_LE(compare(prestaged, want).rel_rms, kRelRms);
+  }
 }
 
 // Three linears of one x in one launch (blocks shared out between the problems) give each linear's
