@@ -367,55 +367,16 @@ int64_t total_columns(std::span<const Exl3LinearParams> ps) {
   return n;
 }
 
-// Stages A for the fp16 linear kernel into ps[0].scratch_a (per problem: the staged words, then
-// for MUL1 the row sums, 16-byte aligned) and points the problems at it. Where the rows are too
-// few or scratch_a too small nothing is launched and the kernel's blocks stage their own slices.
-void prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
+// Carves ps[0].scratch_a into one region per problem, its staged words and then side_words words of
+// side tables (16-byte aligned: both multiples of 4; none where side_words is 0), points the stage
+// launch's problems and the matmul's at them and fills the launch's shared fields; false, with
+// nothing changed, where scratch_a (scratch_a_halves, 0 = m·k) cannot hold them.
+bool carve_prestage(std::span<const Exl3LinearParams> ps, int64_t staged_words, int64_t side_words, GemvStageArgs& s,
+                    GemvArgs& args) {
   const Exl3LinearParams& p0 = ps[0];
-  if (p0.m < kGemvPrestageMinRows || p0.scratch_a == nullptr || p0.norm_x != nullptr) return;
-  const int mb = m_blocks(p0.m);
-  const bool doubled = staged_doubled(p0.codebook == Codebook::kMul1, mb);
-  const bool sums = p0.codebook == Codebook::kMul1;
-  const int64_t staged_words = mb * (p0.k / kTileSize) * staged_words_per_tile(doubled);
-  const int64_t sum_words = sums ? (p0.m * (p0.k / wht128::kBlock) + 3) / 4 * 4 : 0;
-  const int64_t problem_words = staged_words + sum_words;
+  const int64_t problem_words = staged_words + side_words;
   const int64_t capacity = p0.scratch_a_halves > 0 ? p0.scratch_a_halves : p0.m * p0.k;
-  if (static_cast<int64_t>(ps.size()) * problem_words * 2 > capacity) return;
-  GemvStageArgs s{};
-  s.x = p0.x;
-  s.m = static_cast<int>(p0.m);
-  s.m_blocks = mb;
-  s.in_features = p0.in_features;
-  s.k = p0.k;
-  s.problems = static_cast<int>(ps.size());
-  s.doubled = doubled;
-  s.row_sums = sums;
-  auto* words = reinterpret_cast<uint32_t*>(p0.scratch_a);
-  for (int i = 0; i < s.problems; ++i) {
-    uint32_t* staged = words + i * problem_words;
-    float* row_sums = sums ? reinterpret_cast<float*>(staged + staged_words) : nullptr;
-    s.problem[i] = {ps[static_cast<size_t>(i)].suh, staged, row_sums};
-    args.problem[i].prestaged = staged;
-    args.problem[i].prestaged_sums = row_sums;
-  }
-  launch_gemv_stage(s, stream);
-}
-
-// Stages the int8 kernel's q into ps[0].scratch_a (per problem: the staged words, then the two
-// side tables, 16-byte aligned) and points the problems at it, from kInt8PrestageMinRows rows on
-// where scratch_a holds it (4 bytes an input a row; below that, or with the fused RMSNorm, the
-// kernel's blocks quantize their own slices).
-void prestage_int8(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
-  const Exl3LinearParams& p0 = ps[0];
-  if (p0.m < kInt8PrestageMinRows || p0.scratch_a == nullptr || p0.norm_x != nullptr) return;
-  const int64_t k_tiles = p0.k / kTileSize;
-  const int64_t k_blocks = p0.k / wht128::kBlock;
-  const int64_t q_words = p0.m * k_tiles * 16;
-  const int64_t side_words = (2 * p0.m * k_blocks + 3) / 4 * 4;
-  const int64_t problem_words = q_words + side_words;
-  const int64_t capacity = p0.scratch_a_halves > 0 ? p0.scratch_a_halves : p0.m * p0.k;
-  if (static_cast<int64_t>(ps.size()) * problem_words * 2 > capacity) return;
-  GemvStageArgs s{};
+  if (static_cast<int64_t>(ps.size()) * problem_words * 2 > capacity) return false;
   s.x = p0.x;
   s.m = static_cast<int>(p0.m);
   s.in_features = p0.in_features;
@@ -424,12 +385,40 @@ void prestage_int8(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStr
   auto* words = reinterpret_cast<uint32_t*>(p0.scratch_a);
   for (int i = 0; i < s.problems; ++i) {
     uint32_t* staged = words + i * problem_words;
-    float* sides = reinterpret_cast<float*>(staged + q_words);
+    float* sides = side_words > 0 ? reinterpret_cast<float*>(staged + staged_words) : nullptr;
     s.problem[i] = {ps[static_cast<size_t>(i)].suh, staged, sides};
     args.problem[i].prestaged = staged;
     args.problem[i].prestaged_sums = sides;
   }
-  launch_gemv_stage_int8(s, stream);
+  return true;
+}
+
+// Stages A for the fp16 linear kernel into ps[0].scratch_a (per problem: the staged words, then
+// for MUL1 the row sums) and points the problems at it. Where the rows are too few or scratch_a
+// too small nothing is launched and the kernel's blocks stage their own slices.
+void prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
+  const Exl3LinearParams& p0 = ps[0];
+  if (p0.m < kGemvPrestageMinRows || p0.scratch_a == nullptr || p0.norm_x != nullptr) return;
+  GemvStageArgs s{};
+  s.m_blocks = m_blocks(p0.m);
+  s.doubled = staged_doubled(p0.codebook == Codebook::kMul1, s.m_blocks);
+  s.row_sums = p0.codebook == Codebook::kMul1;
+  const int64_t staged_words = s.m_blocks * (p0.k / kTileSize) * staged_words_per_tile(s.doubled);
+  const int64_t sum_words = s.row_sums ? (p0.m * (p0.k / wht128::kBlock) + 3) / 4 * 4 : 0;
+  if (carve_prestage(ps, staged_words, sum_words, s, args)) launch_gemv_stage(s, stream);
+}
+
+// Stages the int8 kernel's q into ps[0].scratch_a (per problem: the staged words, then the two
+// side tables) and points the problems at it, from kInt8PrestageMinRows rows on where scratch_a
+// holds it (4 bytes an input a row; below that, or with the fused RMSNorm, the kernel's blocks
+// quantize their own slices).
+void prestage_int8(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
+  const Exl3LinearParams& p0 = ps[0];
+  if (p0.m < kInt8PrestageMinRows || p0.scratch_a == nullptr || p0.norm_x != nullptr) return;
+  const int64_t q_words = p0.m * (p0.k / kTileSize) * 16;
+  const int64_t side_words = (2 * p0.m * (p0.k / wht128::kBlock) + 3) / 4 * 4;
+  GemvStageArgs s{};
+  if (carve_prestage(ps, q_words, side_words, s, args)) launch_gemv_stage_int8(s, stream);
 }
 
 }  // namespace

@@ -41,8 +41,15 @@ __host__ __device__ constexpr int ring_words(int bits) {  // per warp: at most 2
 
 // The fp16 linear kernel takes its A prestaged (exl3_gemv_stage.cu, one launch more) from this many
 // rows on, where the scratch holds it: with every block of a slice transforming its slice of x
-// itself, the transforms grow with rows x blocks per slice.
-constexpr int kGemvPrestageMinRows = 8;
+// itself, the transforms grow with rows x blocks per slice. Measured on the H200 (8B decode, int8
+// off, three rounds, bench/results/2026-12-05-s11-h200 run 5): from 6 rows instead of 8, batch 6
+// 1,542 / 1,522 / 1,520 -> 1,554 / 1,568 / 1,554 tokens/s, 7 1,760 / 1,735 / 1,750 -> 1,822 /
+// 1,809 / 1,797; from 4 or 5 (run 4) batch 4 lost 3.6% and 5 was even.
+constexpr int kGemvPrestageMinRows = 6;
+// The planner prices a slice's partial products (GemvKernelShape::partial_rows) from this many rows
+// on: pricing them from 6 with the prestaging lost the gain at 6-7 rows (run 5: 1,535 / 1,537 /
+// 1,528 at batch 6).
+constexpr int kGemvPricedPartialMinRows = 8;
 
 // Blocks per SM the registers must allow: 4 (64 registers) for one m-block, fewer where the
 // accumulators of more m-blocks need the room.

@@ -79,9 +79,10 @@ GemvKernelShape gemv_kernel_shape(int64_t m, int bits, Codebook codebook, bool i
   s.max_tiles = max_tiles_per_slice(bits, m_blocks(m), staged_doubled(codebook == Codebook::kMul1, m_blocks(m)));
   s.granule_tiles = kSliceTiles;
   // Prestaged A (kGemvPrestageMinRows rows on): a longer slice costs no more staging, so its fewer
-  // partial products are what the model weighs. Below, every block of a slice stages it, which the
-  // model does not price; their measured plans keep kSliceGroups alone.
-  s.partial_rows = m >= kGemvPrestageMinRows ? static_cast<int>(m) : 0;
+  // partial products are what the model weighs, from kGemvPricedPartialMinRows rows. Below, every
+  // block of a slice stages it, which the model does not price; their measured plans keep
+  // kSliceGroups alone (and so do 6-7 rows, prestaged: measured faster).
+  s.partial_rows = m >= kGemvPricedPartialMinRows ? static_cast<int>(m) : 0;
   s.group_us = kFp16GroupUs[std::clamp(m_blocks(m), 1, 4) - 1];
   return s;
 }

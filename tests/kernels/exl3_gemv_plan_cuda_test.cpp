@@ -4,6 +4,8 @@
 // weigh their partial products, and a grouped launch never gets more blocks than its plan.
 #include "kernels/cuda/exl3_gemv_plan.h"
 
+#include "kernels/cuda/exl3_gemv_layout.cuh"
+
 #include <gtest/gtest.h>
 
 #include <array>
@@ -105,13 +107,20 @@ TEST(Exl3GemvPlan, PrestagedRowsWeighTheirPartialProducts) {
   ASSERT_GT(wide.slices, 0);
   EXPECT_LE(wide.slices, 8);
   expect_valid(wide, {4096, 28672, 32, 4}, false);
-  // Below kGemvPrestageMinRows the partials are not priced: 1 row keeps its measured plan (16
+  // Below kGemvPricedPartialMinRows the partials are not priced: 1 row keeps its measured plan (16
   // slices of 16 tiles, 33 blocks a slice).
   const GemvGrid one = plan_linear(1792, 256, 1, 4, Codebook::kMul1, false, kH200Sms, 65535);
   EXPECT_EQ(one.slices, 16);
   EXPECT_EQ(one.blocks_per_slice, 33);
   EXPECT_EQ(gemv_kernel_shape(1, 4, Codebook::kMul1, false).partial_rows, 0);
   EXPECT_EQ(gemv_kernel_shape(32, 4, Codebook::kMul1, false).partial_rows, 32);
+  // 6-7 rows are prestaged but keep the unpriced plans (measured faster); so does the int8 kernel
+  // up to one group of 8 rows, prestaged from 5.
+  EXPECT_EQ(gemv_kernel_shape(kGemvPricedPartialMinRows - 1, 4, Codebook::kMul1, false).partial_rows, 0);
+  EXPECT_EQ(gemv_kernel_shape(kGemvPricedPartialMinRows, 4, Codebook::kMul1, false).partial_rows,
+            kGemvPricedPartialMinRows);
+  EXPECT_EQ(gemv_kernel_shape(kInt8GroupRows, 4, Codebook::kMul1, true).partial_rows, 0);
+  EXPECT_EQ(gemv_kernel_shape(kInt8GroupRows + 1, 4, Codebook::kMul1, true).partial_rows, kInt8GroupRows + 1);
 }
 
 TEST(Exl3GemvPlan, GroupedBlocksNeverPassThePlan) {

@@ -306,7 +306,7 @@ TEST_F(Exl3LinearGpuTest, LinearMatchesReferenceAcrossShapesAndRowCounts) {
                           {640, 128, 5, Codebook::kMul1},
                           {1536, 512, 4, Codebook::kMul1},
                           {4096, 1024, 4, Codebook::k3Inst}};
-  const std::vector<int64_t> rows = {1, 2, 3, 8, 9, 16, 17, 33, 1, 50, 64, 65, 129, 300};
+  const std::vector<int64_t> rows = {1, 2, 3, 6, 7, 8, 9, 16, 17, 33, 1, 50, 64, 65, 129, 300};
   uint32_t seed = 1000;
   for (const LayerShape& s : shapes) {
     const HostLayer layer = random_layer(s.k, s.n, s.bits, s.cb, seed++);
