@@ -21,8 +21,10 @@
 // start from zero in its first product and are scaled into fp32 sums at its end; a per-row bias
 // carries the Σ q term. Only the m real rows of q are staged (lanes of rows past m
 // read the last row and their sums are dropped), so shared memory, sized per launch, and with it
-// the blocks an SM holds, follow m. The block writes one partial product per k-slice, summed by
-// the output pass (exl3_gemv_output.cu) as for the fp16 kernel.
+// the blocks an SM holds, follow m. From kInt8PrestageMinRows rows the quantized input of the whole
+// k comes prestaged (exl3_gemv_stage_int8.cu) and the blocks copy their slices of it. The block
+// writes one partial product per k-slice, summed by the output pass (exl3_gemv_output.cu) as for
+// the fp16 kernel.
 #include <cuda_fp16.h>
 
 #include <cstdint>
@@ -374,6 +376,7 @@ void launch_exl3_gemv_int8(const GemvArgs& args, int bits, int stage_blocks, dim
   const int sb = stage_blocks;
   EXL3_CHECK(sb == 1 || (sb == 2 && int8_wide_stages_allowed(bits, args.m, args.k / kTileSize)), "int8 GEMV: ", sb,
              "-block stages for ", args.m, " rows at K=", bits, ", k=", args.k);
+  EXL3_CHECK(sb == 1 || args.problem[0].prestaged == nullptr, "int8 GEMV: two-block stages take no prestaged q");
   EXL3_CHECK(args.tiles_per_slice % (sb * kSliceTiles) == 0 &&
                  args.tiles_per_slice <= max_tiles_per_slice_int8(bits, args.m, sb),
              "int8 GEMV: ", args.tiles_per_slice, " tiles per slice");
