@@ -27,8 +27,9 @@ constexpr int64_t kGemvNormMaxRows = 2;
 void launch_exl3_gemv(const Exl3GemmParams& p, int sm_count, cudaStream_t stream);
 
 // The whole linear for 1 <= m <= kGemvMaxRows in two or three launches: the input transform, from
-// 8 rows on once into scratch_a where p.scratch_a_halves holds it (exl3_gemv_stage.cu), else by
-// every GEMV block for its own k-slice of x; the GEMV, which writes one partial product per
+// kGemvPrestageMinRows (fp16) or kInt8PrestageMinRows (int8) rows on once into scratch_a where
+// p.scratch_a_halves holds it (exl3_gemv_stage.cu, exl3_gemv_stage_int8.cu), else by every GEMV
+// block for its own k-slice of x; the GEMV, which writes one partial product per
 // k-slice into scratch_c viewed as F32 [slices, m, n] (no memset, no atomics, the same result on
 // every run); the output transform, which sums the slices. Contract as launch_exl3_linear plus
 // m in 1..kGemvMaxRows and p.scratch_c_floats >= m·n. Asynchronous on `stream`.
