@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 11 on one H200, sixth run: the final tree (3babafb + the fp16 input prestaged from 6 rows,
+# Session 11 on one H200, sixth run: the final tree (HEAD: 3babafb + the fp16 input prestaged from 6 rows,
 # partial products priced from 8, one scratch carving for both prestage paths). GPU tests, then
 # exl3-bench model on the 8B (int8 off: prefill 128/2048, batch 1-64 and 6-7; auto: batch 1-32),
 # batch 1 at the serve run's context and serve with one client (off, auto). Results under $OUT.
