@@ -313,11 +313,7 @@ class GemvRunner {
         backend_->upload(host, dst);
       }
       if (o_.int8 && std::find(o_.codebooks.begin(), o_.codebooks.end(), "mul1") != o_.codebooks.end()) {
-        for (const bool int8 : {false, true}) {
-          if (absl::Status st = time_mul1_linear(shape, bits, int8, *block, stride, buffers, *a, out); !st.ok()) {
-            return st;
-          }
-        }
+        if (absl::Status st = time_mul1_linears(shape, bits, *block, stride, buffers, *a, out); !st.ok()) return st;
       }
       for (const std::string& name : o_.codebooks) {
         const Codebook cb = *parse_codebook_name(name);
@@ -338,13 +334,13 @@ class GemvRunner {
   }
 
   // The whole MUL1 linear (launch_exl3_linear: the few-rows path's input staging, GEMV and output
-  // pass) with fp16 activations ('linear-f16', up to kGemvMaxRows rows) or int8 ('linear-int8', up
+  // pass) with fp16 activations ('linear-f16', up to kGemvMaxRows rows) and int8 ('linear-int8', up
   // to the int8 kernel's 32 rows, whatever kInt8ActivationsMaxRows lets the backends use) on the
   // rotated trellis copies. x is the kernel rows' A, used as the linear's input; scratch_a has room
   // for either path's prestaged input.
-  absl::Status time_mul1_linear(const GemvShape& shape, int bits, bool int8, const Tensor& block, int64_t stride,
-                                int buffers, const Tensor& x, std::vector<GemvTiming>& out) {
-    const int64_t max_rows = std::min<int64_t>(x.dim(0), int8 ? kInt8LinearMaxRows : kGemvMaxRows);
+  absl::Status time_mul1_linears(const GemvShape& shape, int bits, const Tensor& block, int64_t stride, int buffers,
+                                 const Tensor& x, std::vector<GemvTiming>& out) {
+    const int64_t max_rows = std::min<int64_t>(x.dim(0), kGemvMaxRows);
     absl::StatusOr<Tensor> suh = upload(random_scales(shape.k, o_.seed + 3), "linear suh");
     if (!suh.ok()) return suh.status();
     absl::StatusOr<Tensor> svh = upload(random_scales(shape.n, o_.seed + 4), "linear svh");
@@ -358,32 +354,34 @@ class GemvRunner {
     absl::StatusOr<Tensor> scratch_a = backend_->allocate(DType::kF16, {scratch_a_halves}, "linear scratch_a");
     if (!scratch_a.ok()) return scratch_a.status();
     const auto* base = static_cast<const unsigned char*>(block.raw());
-    for (int64_t rows : o_.rows) {
-      if (rows > max_rows) continue;
-      const int launches = launch_count(buffers);
-      absl::StatusOr<GraphTime> t = time_graph(launches, [&](int i) {
-        Exl3LinearParams p;
-        p.x = static_cast<const __half*>(x.raw());
-        p.m = rows;
-        p.in_features = shape.k;
-        p.out_features = shape.n;
-        p.trellis = reinterpret_cast<const int16_t*>(base + stride * (i % buffers));
-        p.suh = static_cast<const __half*>(suh->raw());
-        p.svh = static_cast<const __half*>(svh->raw());
-        p.k = shape.k;
-        p.n = shape.n;
-        p.bits = bits;
-        p.codebook = Codebook::kMul1;
-        p.y = y->mutable_raw();
-        p.scratch_a = static_cast<__half*>(scratch_a->mutable_raw());
-        p.scratch_a_halves = scratch_a_halves;
-        p.scratch_c = static_cast<float*>(scratch->mutable_raw());
-        p.scratch_c_floats = scratch_floats;
-        p.int8_activations = int8;
-        launch_exl3_linear(p, stream_);
-      });
-      if (!t.ok()) return t.status();
-      out.push_back(timing(int8 ? "linear-int8" : "linear-f16", shape, rows, bits, "mul1", *t, launches, buffers));
+    for (const bool int8 : {false, true}) {
+      for (int64_t rows : o_.rows) {
+        if (rows > (int8 ? std::min(max_rows, kInt8LinearMaxRows) : max_rows)) continue;
+        const int launches = launch_count(buffers);
+        absl::StatusOr<GraphTime> t = time_graph(launches, [&](int i) {
+          Exl3LinearParams p;
+          p.x = static_cast<const __half*>(x.raw());
+          p.m = rows;
+          p.in_features = shape.k;
+          p.out_features = shape.n;
+          p.trellis = reinterpret_cast<const int16_t*>(base + stride * (i % buffers));
+          p.suh = static_cast<const __half*>(suh->raw());
+          p.svh = static_cast<const __half*>(svh->raw());
+          p.k = shape.k;
+          p.n = shape.n;
+          p.bits = bits;
+          p.codebook = Codebook::kMul1;
+          p.y = y->mutable_raw();
+          p.scratch_a = static_cast<__half*>(scratch_a->mutable_raw());
+          p.scratch_a_halves = scratch_a_halves;
+          p.scratch_c = static_cast<float*>(scratch->mutable_raw());
+          p.scratch_c_floats = scratch_floats;
+          p.int8_activations = int8;
+          launch_exl3_linear(p, stream_);
+        });
+        if (!t.ok()) return t.status();
+        out.push_back(timing(int8 ? "linear-int8" : "linear-f16", shape, rows, bits, "mul1", *t, launches, buffers));
+      }
     }
     return absl::OkStatus();
   }
