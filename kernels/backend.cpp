@@ -19,20 +19,22 @@ void Backend::gate_up_silu(const LinearWeights& gate, const LinearWeights& up, c
   silu_mul(gate_out, up_out, act);
 }
 
-void Backend::linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual) {
+void Backend::linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual, NormHandoff*) {
   linear(w, x, out);
   add(residual, out);
 }
 
 void Backend::norm_linears(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
-                           std::span<const LinearWeights* const> ws, std::span<Tensor> ys) {
+                           std::span<const LinearWeights* const> ws, std::span<Tensor> ys, NormHandoff* handoff) {
+  if (handoff != nullptr) handoff->prepared = false;  // the composition redoes the norm
   rms_norm(x, norm_weight, eps, h);
   linears(ws, h, ys);
 }
 
 void Backend::norm_gate_up_silu(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
                                 const LinearWeights& gate, const LinearWeights& up, Tensor& gate_out, Tensor& up_out,
-                                Tensor& act) {
+                                Tensor& act, NormHandoff* handoff) {
+  if (handoff != nullptr) handoff->prepared = false;
   rms_norm(x, norm_weight, eps, h);
   gate_up_silu(gate, up, h, gate_out, up_out, act);
 }
@@ -47,12 +49,12 @@ void Backend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor&
 void Backend::norm_qkv_rope_kv_write(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
                                      std::span<const LinearWeights* const> qkv, Tensor& q, Tensor& k, Tensor& v,
                                      const Tensor& inv_freq, float attention_scaling, PagedKv& cache,
-                                     const StepMeta& meta) {
+                                     const StepMeta& meta, NormHandoff* handoff) {
   EXL3_CHECK(qkv.size() == 3 && q.rank() == 3 && k.rank() == 3 && v.rank() == 3,
              "norm_qkv_rope_kv_write: three linears and q, k, v of [rows, heads, head_dim]");
   Tensor ys[] = {q.reshape({q.dim(0), q.dim(1) * q.dim(2)}), k.reshape({k.dim(0), k.dim(1) * k.dim(2)}),
                  v.reshape({v.dim(0), v.dim(1) * v.dim(2)})};
-  norm_linears(x, norm_weight, eps, h, qkv, ys);
+  norm_linears(x, norm_weight, eps, h, qkv, ys, handoff);
   rope_kv_write(q, k, v, inv_freq, attention_scaling, cache, meta);
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -139,6 +140,26 @@ struct SampleBatch {
   }
 };
 
+// What linear_add hands to the norm op that reads the residual next (norm_linears,
+// norm_gate_up_silu or norm_qkv_rope_kv_write, given the same NormHandoff): the caller names that
+// norm (weight, eps) and the linears that read it. A backend whose linear_add did the norm's work
+// in its own pass (CUDA, up to 8 rows: the RMSNorm of the new residual and the linears' input
+// transforms in the matmul's output pass) sets `prepared`; the norm op then uses that work and
+// clears it. Backends that never prepare (CPU) leave it unset, and every op computes what it
+// computes without it.
+struct NormHandoff {
+  const Tensor* norm_weight = nullptr;
+  float eps = 0.0f;
+  std::array<const LinearWeights*, 3> linears{};
+  int count = 0;
+  // Set by the backend: the residual (its data) the work was done for, its rows, and the
+  // backend's own record of each linear's prepared input.
+  bool prepared = false;
+  const void* residual = nullptr;
+  int64_t rows = 0;
+  std::array<const void*, 3> inputs{};
+};
+
 // Device work recorded once and replayed without per-op host launches (CUDA: a graph).
 class StepGraph {
  public:
@@ -251,17 +272,20 @@ class Backend {
   // composition may use.
   virtual void gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, Tensor& gate_out,
                             Tensor& up_out, Tensor& act);
-  // residual (F32) += x · w; out (F32, residual's shape) is scratch the composition may use.
-  virtual void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual);
+  // residual (F32) += x · w; out (F32, residual's shape) is scratch the composition may use. With
+  // `next` (may be null), the norm op that reads the residual next may find its work done
+  // (NormHandoff).
+  virtual void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual, NormHandoff* next);
 
   // h = rms_norm(x, norm_weight, eps), then linears(ws, h, ys) / gate_up_silu(gate, up, h, ...): a
   // layer's norm and the linears that read it (CUDA, for a row or two: the matmul normalizes x as it
   // stages it, with no RMSNorm launch, and h is not written). h (A [rows, dim]) is scratch.
+  // `handoff` (may be null): what the linear_add before prepared for this norm, taken and cleared.
   virtual void norm_linears(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
-                            std::span<const LinearWeights* const> ws, std::span<Tensor> ys);
+                            std::span<const LinearWeights* const> ws, std::span<Tensor> ys, NormHandoff* handoff);
   virtual void norm_gate_up_silu(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
                                  const LinearWeights& gate, const LinearWeights& up, Tensor& gate_out, Tensor& up_out,
-                                 Tensor& act);
+                                 Tensor& act, NormHandoff* handoff);
 
   // rope(q), rope(k), then kv_write(cache, k, v, meta): a step's positional rotation and cache write
   // (CUDA: one launch).
@@ -276,7 +300,7 @@ class Backend {
   virtual void norm_qkv_rope_kv_write(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
                                       std::span<const LinearWeights* const> qkv, Tensor& q, Tensor& k, Tensor& v,
                                       const Tensor& inv_freq, float attention_scaling, PagedKv& cache,
-                                      const StepMeta& meta);
+                                      const StepMeta& meta, NormHandoff* handoff);
 
   // ---- Step graphs ------------------------------------------------------------------------------
   // capture_step runs `record` once with this backend's stream under capture: the ops it issues

@@ -280,7 +280,25 @@ class CudaBackend final : public Backend {
     c.scratch_features = scratch_features_;
     c.dequant_staging = static_cast<__half*>(dequant_staging_.get());
     c.int8_activations = int8_activations_;
+    // The hand-off's staged inputs share scratch_a (CudaLinearContext::handoff says why that is safe).
+    c.handoff = static_cast<uint32_t*>(scratch_a_.get());
+    c.handoff_words = scratch_rows_ * scratch_features_ / 2;
     return c;
+  }
+
+  // What the linear_add before prepared for this norm (NormHandoff), checked against the norm and
+  // linears it is given, and cleared; null where nothing was prepared.
+  static const std::array<const void*, 3>* take_handoff(NormHandoff* handoff, const Tensor& x,
+                                                        const Tensor& norm_weight,
+                                                        std::span<const LinearWeights* const> ws) {
+    if (handoff == nullptr || !handoff->prepared) return nullptr;
+    handoff->prepared = false;
+    bool same = handoff->residual == x.raw() && x.rank() == 2 && handoff->rows == x.dim(0) &&
+                handoff->norm_weight != nullptr && handoff->norm_weight->raw() == norm_weight.raw() &&
+                handoff->count == static_cast<int>(ws.size());
+    for (size_t i = 0; same && i < ws.size(); ++i) same = handoff->linears[i] == ws[i];
+    EXL3_CHECK(same, "norm hand-off: prepared for another residual, norm or linears");
+    return &handoff->inputs;
   }
 
   void linear(const LinearWeights& w, const Tensor& x, Tensor& y) override { cuda_linear(linear_context(), w, x, y); }
@@ -307,18 +325,20 @@ class CudaBackend final : public Backend {
   }
 
   void norm_linears(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
-                    std::span<const LinearWeights* const> ws, std::span<Tensor> ys) override {
-    const FusedNorm norm{x, norm_weight, eps};
+                    std::span<const LinearWeights* const> ws, std::span<Tensor> ys, NormHandoff* handoff) override {
+    const FusedNorm norm{x, norm_weight, eps, take_handoff(handoff, x, norm_weight, ws)};
     if (!cuda_fused_linears(linear_context(), ws, h, ys, GemvEpilogue::kStore, &norm)) {
-      Backend::norm_linears(x, norm_weight, eps, h, ws, ys);
+      Backend::norm_linears(x, norm_weight, eps, h, ws, ys, nullptr);
     }
   }
 
   void norm_gate_up_silu(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h, const LinearWeights& gate,
-                         const LinearWeights& up, Tensor& gate_out, Tensor& up_out, Tensor& act) override {
-    const FusedNorm norm{x, norm_weight, eps};
+                         const LinearWeights& up, Tensor& gate_out, Tensor& up_out, Tensor& act,
+                         NormHandoff* handoff) override {
+    const LinearWeights* ws[] = {&gate, &up};
+    const FusedNorm norm{x, norm_weight, eps, take_handoff(handoff, x, norm_weight, ws)};
     if (!fused_gate_up_silu(gate, up, h, gate_out, up_out, act, &norm)) {
-      Backend::norm_gate_up_silu(x, norm_weight, eps, h, gate, up, gate_out, up_out, act);
+      Backend::norm_gate_up_silu(x, norm_weight, eps, h, gate, up, gate_out, up_out, act, nullptr);
     }
   }
 
@@ -328,8 +348,8 @@ class CudaBackend final : public Backend {
   // rotated whole; else the composition.
   void norm_qkv_rope_kv_write(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
                               std::span<const LinearWeights* const> qkv, Tensor& q, Tensor& k, Tensor& v,
-                              const Tensor& inv_freq, float attention_scaling, PagedKv& cache,
-                              const StepMeta& meta) override {
+                              const Tensor& inv_freq, float attention_scaling, PagedKv& cache, const StepMeta& meta,
+                              NormHandoff* handoff) override {
     const bool fits = cache.k_bits == 16 && cache.v_bits == 16 && cache.head_dim == kGemvRopeHeadDim &&
                       inv_freq.dtype() == DType::kF32 && 2 * inv_freq.numel() == kGemvRopeHeadDim && q.rank() == 3 &&
                       k.rank() == 3 && v.rank() == 3 && q.dtype() == DType::kF16 && k.dtype() == DType::kF16 &&
@@ -350,8 +370,9 @@ class CudaBackend final : public Backend {
       const int64_t n = meta.num_tokens;
       Tensor ys[] = {q.reshape({n, q.dim(1) * q.dim(2)}), k.reshape({n, k.dim(1) * k.dim(2)}),
                      v.reshape({n, v.dim(1) * v.dim(2)})};
-      if (n <= kGemvNormMaxRows) {
-        const FusedNorm norm{x, norm_weight, eps};
+      const std::array<const void*, 3>* staged = take_handoff(handoff, x, norm_weight, qkv);
+      if (staged != nullptr || n <= kGemvNormMaxRows) {
+        const FusedNorm norm{x, norm_weight, eps, staged};
         if (cuda_fused_linears(linear_context(), qkv, h, ys, GemvEpilogue::kRopeKvWrite, &norm, &rope)) return;
       } else {
         rms_norm(x, norm_weight, eps, h);
@@ -362,15 +383,31 @@ class CudaBackend final : public Backend {
         return;
       }
     }
-    Backend::norm_qkv_rope_kv_write(x, norm_weight, eps, h, qkv, q, k, v, inv_freq, attention_scaling, cache, meta);
+    Backend::norm_qkv_rope_kv_write(x, norm_weight, eps, h, qkv, q, k, v, inv_freq, attention_scaling, cache, meta,
+                                    handoff);
   }
 
-  void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual) override {
+  // With `next`, the output pass also does the next RMSNorm's work for its linears where it can
+  // (cuda_linear_add_handoff).
+  void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual, NormHandoff* next) override {
+    if (next != nullptr) {
+      next->prepared = false;
+      std::array<const void*, 3> staged{};
+      const std::span<const LinearWeights* const> consumers(next->linears.data(), static_cast<size_t>(next->count));
+      if (next->norm_weight != nullptr &&
+          cuda_linear_add_handoff(linear_context(), w, x, residual, *next->norm_weight, next->eps, consumers, staged)) {
+        next->prepared = true;
+        next->residual = residual.raw();
+        next->rows = x.dim(0);
+        next->inputs = staged;
+        return;
+      }
+    }
     const LinearWeights* ws[] = {&w};
     Tensor ys[] = {residual};
     if (residual.dtype() != DType::kF32 ||
         !cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kAddResidual)) {
-      Backend::linear_add(w, x, out, residual);
+      Backend::linear_add(w, x, out, residual, nullptr);
     }
   }
 

@@ -60,6 +60,25 @@ Exl3LinearParams checked_linear(const CudaLinearContext& ctx, const LinearWeight
   return p;
 }
 
+// The launch-shape half of a linear's parameters (no x, no y) for m rows of an input not formed yet:
+// what exl3_gemv_linears_fit and gemv_staged_layout read.
+Exl3LinearParams shape_params(const CudaLinearContext& ctx, const LinearWeights& w, int64_t m) {
+  const Exl3Weight& e = w.exl3;
+  Exl3LinearParams p;
+  p.m = m;
+  p.in_features = w.in_features;
+  p.out_features = w.out_features;
+  p.trellis = ptr<int16_t>(e.trellis);
+  p.suh = ptr<__half>(e.suh);
+  p.svh = ptr<__half>(e.svh);
+  p.k = e.k;
+  p.n = e.n;
+  p.bits = e.bits;
+  p.codebook = e.codebook;
+  p.int8_activations = use_int8_activations(ctx.int8_activations, e.bits, e.codebook, m);
+  return p;
+}
+
 // A long prefill through cuBLAS. From kDecodeGemmMinRows rows on: W decoded into the original basis
 // and multiplied with x as is (exl3_decode_gemm.h). Below: scratch_c = scratch_a · Wq with Wq decoded
 // into the fp16 staging rows chunk by chunk, each chunk multiplied through cuBLAS and accumulated
@@ -136,8 +155,8 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
   if (m < 1 || m > kGemvMaxRows || ws.size() != ys.size() || ws.empty() || ws.size() > 3) return false;
   if (norm != nullptr) {
     const int64_t dim = x.dim(1);
-    if (m > kGemvNormMaxRows || norm->x.dtype() != DType::kF32 || norm->x.shape() != Shape({m, dim}) ||
-        norm->weight.dtype() != DType::kF32 || norm->weight.numel() != dim) {
+    if (m > (norm->staged != nullptr ? kGemvHandoffMaxRows : kGemvNormMaxRows) || norm->x.dtype() != DType::kF32 ||
+        norm->x.shape() != Shape({m, dim}) || norm->weight.dtype() != DType::kF32 || norm->weight.numel() != dim) {
       return false;
     }
   }
@@ -145,7 +164,9 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
   for (size_t i = 0; i < ws.size(); ++i) {
     if (!ws[i]->is_exl3) return false;
     params[i] = checked_linear(ctx, *ws[i], x, ys[i]);
-    if (norm != nullptr) {
+    if (norm != nullptr && norm->staged != nullptr) {
+      params[i].staged_input = static_cast<const uint32_t*>((*norm->staged)[i]);
+    } else if (norm != nullptr) {
       params[i].norm_x = ptr<float>(norm->x);
       params[i].norm_weight = ptr<float>(norm->weight);
       params[i].norm_eps = norm->eps;
@@ -155,6 +176,51 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
   const int64_t floats = ctx.scratch_rows * ctx.scratch_features;
   if (!exl3_gemv_linears_fit(ps, floats)) return false;
   launch_exl3_gemv_linears(ps, ctx.scratch_c, floats, epilogue, device_sm_count(), ctx.stream, rope);
+  return true;
+}
+
+bool cuda_linear_add_handoff(const CudaLinearContext& ctx, const LinearWeights& w, const Tensor& x, Tensor& residual,
+                             const Tensor& norm_weight, float eps, std::span<const LinearWeights* const> next,
+                             std::array<const void*, 3>& staged) {
+  const int64_t m = x.rank() == 2 ? x.dim(0) : 0;
+  if (m < kGemvHandoffMinRows || m > kGemvHandoffMaxRows || next.empty() || next.size() > 3 || !w.is_exl3 ||
+      ctx.handoff == nullptr) {
+    return false;
+  }
+  const int64_t dim = residual.rank() == 2 ? residual.dim(1) : 0;
+  if (residual.dtype() != DType::kF32 || residual.rank() != 2 || residual.dim(0) != m || w.exl3.n != dim ||
+      norm_weight.dtype() != DType::kF32 || norm_weight.numel() != dim) {
+    return false;
+  }
+  std::array<Exl3LinearParams, 3> consumers;
+  for (size_t i = 0; i < next.size(); ++i) {
+    const LinearWeights& c = *next[i];
+    if (!c.is_exl3 || c.in_features != dim || c.exl3.k != dim) return false;
+    consumers[i] = shape_params(ctx, c, m);
+  }
+  const std::span<const Exl3LinearParams> cs(consumers.data(), next.size());
+  const int64_t floats = ctx.scratch_rows * ctx.scratch_features;
+  const int count = static_cast<int>(next.size());
+  if (!exl3_gemv_linears_take_staged_input(cs, floats, device_sm_count()) || !gemv_norm_handoff_fits(m, dim, count)) {
+    return false;
+  }
+  const GemvStagedLayout layout = gemv_staged_layout(m, dim, consumers[0].codebook, consumers[0].int8_activations);
+  if (count * layout.problem_words() > ctx.handoff_words) return false;
+  const Exl3LinearParams p = checked_linear(ctx, w, x, residual);
+  const std::span<const Exl3LinearParams> ps(&p, 1);
+  if (!exl3_gemv_linears_fit(ps, floats)) return false;
+  GemvNormHandoff h;
+  h.norm_weight = ptr<float>(norm_weight);
+  h.eps = eps;
+  h.layout = layout;
+  h.consumers = count;
+  for (int i = 0; i < count; ++i) {
+    h.suh[i] = consumers[static_cast<size_t>(i)].suh;
+    h.staged[i] = ctx.handoff + i * layout.problem_words();
+    staged[static_cast<size_t>(i)] = h.staged[i];
+  }
+  launch_exl3_gemv_linears(ps, ctx.scratch_c, floats, GemvEpilogue::kAddResidual, device_sm_count(), ctx.stream,
+                           nullptr, &h);
   return true;
 }
 

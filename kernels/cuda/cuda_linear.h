@@ -7,6 +7,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 #include <span>
 
@@ -33,6 +34,12 @@ struct CudaLinearContext {
   int64_t scratch_rows = 0, scratch_features = 0;
   __half* dequant_staging = nullptr;
   Int8Activations int8_activations = Int8Activations::kOff;  // CudaBackendOptions::int8_activations
+  // Where a linear_add hands the next RMSNorm off (cuda_linear_add_handoff): the linears' staged
+  // inputs, handoff_words words. The CUDA backend points it at scratch_a: the output pass writes it
+  // after its own matmul has read any input prestaged there (it waits for that matmul), and the
+  // matmul that reads it stages nothing there.
+  uint32_t* handoff = nullptr;
+  int64_t handoff_words = 0;
 };
 
 // Backend::linear: y = x · w (+ bias), checked as the Backend contract says.
@@ -44,13 +51,26 @@ void cuda_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Ten
 // With `norm`, x (F16, shape only: not read) stands for rms_norm(norm.x, norm.weight, norm.eps),
 // which the matmul computes as it stages its input (Backend::norm_linears, norm_gate_up_silu): only
 // up to kGemvNormMaxRows rows of an F32 norm.x, false otherwise. kRopeKvWrite takes `rope`.
+// With `staged` (a linear_add's hand-off, cuda_linear_add_handoff), each linear's input is
+// already staged: up to kGemvHandoffMaxRows rows, x, norm.x and norm.weight only checked.
 struct FusedNorm {
   const Tensor& x;
   const Tensor& weight;
   float eps;
+  const std::array<const void*, 3>* staged = nullptr;
 };
 bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeights* const> ws, const Tensor& x,
                         std::span<Tensor> ys, GemvEpilogue epilogue, const FusedNorm* norm = nullptr,
                         const GemvRopeKv* rope = nullptr);
+
+// Backend::linear_add (residual F32 += x · w) whose output pass also hands the residual's next
+// RMSNorm (norm_weight F32, eps) off to `next`, 1..3 EXL3 linears of the normed residual that one
+// grouped launch takes: their inputs are staged into ctx.handoff and their addresses set in
+// `staged`. True when queued; false, with nothing queued, where the rows (kGemvHandoffMinRows ..
+// kGemvHandoffMaxRows),
+// the shapes, the scratch or the device do not allow it.
+bool cuda_linear_add_handoff(const CudaLinearContext& ctx, const LinearWeights& w, const Tensor& x, Tensor& residual,
+                             const Tensor& norm_weight, float eps, std::span<const LinearWeights* const> next,
+                             std::array<const void*, 3>& staged);
 
 }  // namespace exl3

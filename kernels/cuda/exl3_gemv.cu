@@ -399,13 +399,12 @@ bool carve_prestage(std::span<const Exl3LinearParams> ps, int64_t staged_words, 
 void prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
   const Exl3LinearParams& p0 = ps[0];
   if (p0.m < kGemvPrestageMinRows || p0.scratch_a == nullptr || p0.norm_x != nullptr) return;
+  const GemvStagedLayout layout = gemv_staged_layout(p0.m, p0.k, p0.codebook, false);
   GemvStageArgs s{};
-  s.m_blocks = m_blocks(p0.m);
-  s.doubled = staged_doubled(p0.codebook == Codebook::kMul1, s.m_blocks);
-  s.row_sums = p0.codebook == Codebook::kMul1;
-  const int64_t staged_words = s.m_blocks * (p0.k / kTileSize) * staged_words_per_tile(s.doubled);
-  const int64_t sum_words = s.row_sums ? (p0.m * (p0.k / wht128::kBlock) + 3) / 4 * 4 : 0;
-  if (carve_prestage(ps, staged_words, sum_words, s, args)) launch_gemv_stage(s, stream);
+  s.m_blocks = layout.m_blocks;
+  s.doubled = layout.doubled;
+  s.row_sums = layout.row_sums;
+  if (carve_prestage(ps, layout.staged_words, layout.side_words, s, args)) launch_gemv_stage(s, stream);
 }
 
 // Stages the int8 kernel's q into ps[0].scratch_a (per problem: the staged words, then the two
@@ -415,13 +414,42 @@ void prestage(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t
 void prestage_int8(std::span<const Exl3LinearParams> ps, GemvArgs& args, cudaStream_t stream) {
   const Exl3LinearParams& p0 = ps[0];
   if (p0.m < kInt8PrestageMinRows || p0.scratch_a == nullptr || p0.norm_x != nullptr) return;
-  const int64_t q_words = p0.m * (p0.k / kTileSize) * 16;
-  const int64_t side_words = (2 * p0.m * (p0.k / wht128::kBlock) + 3) / 4 * 4;
+  const GemvStagedLayout layout = gemv_staged_layout(p0.m, p0.k, p0.codebook, true);
   GemvStageArgs s{};
-  if (carve_prestage(ps, q_words, side_words, s, args)) launch_gemv_stage_int8(s, stream);
+  if (carve_prestage(ps, layout.staged_words, layout.side_words, s, args)) launch_gemv_stage_int8(s, stream);
+}
+
+// Points the problems at their hand-off inputs (Exl3LinearParams::staged_input: the staged words,
+// then the side tables).
+void take_staged_inputs(std::span<const Exl3LinearParams> ps, GemvArgs& args) {
+  const Exl3LinearParams& p0 = ps[0];
+  const GemvStagedLayout layout = gemv_staged_layout(p0.m, p0.k, p0.codebook, p0.int8_activations);
+  for (int i = 0; i < args.problems; ++i) {
+    const uint32_t* staged = ps[static_cast<size_t>(i)].staged_input;
+    args.problem[i].prestaged = staged;
+    args.problem[i].prestaged_sums =
+        layout.side_words > 0 ? reinterpret_cast<const float*>(staged + layout.staged_words) : nullptr;
+  }
 }
 
 }  // namespace
+
+GemvStagedLayout gemv_staged_layout(int64_t m, int64_t k, Codebook codebook, bool int8_activations) {
+  GemvStagedLayout l;
+  l.int8 = int8_activations;
+  const int64_t k_blocks = k / wht128::kBlock;
+  if (int8_activations) {
+    l.staged_words = m * (k / kTileSize) * 16;
+    l.side_words = (2 * m * k_blocks + 3) / 4 * 4;
+    return l;
+  }
+  l.m_blocks = m_blocks(m);
+  l.doubled = staged_doubled(codebook == Codebook::kMul1, l.m_blocks);
+  l.row_sums = codebook == Codebook::kMul1;
+  l.staged_words = l.m_blocks * (k / kTileSize) * staged_words_per_tile(l.doubled);
+  l.side_words = l.row_sums ? (m * k_blocks + 3) / 4 * 4 : 0;
+  return l;
+}
 
 bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch_floats) {
   if (ps.empty() || static_cast<int>(ps.size()) > kMaxProblems || !same_kind(ps)) return false;
@@ -435,12 +463,31 @@ bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch
   return scratch_floats >= min_slices * p.m * total_columns(ps);
 }
 
+namespace {
+
+// The launch plan of fitting linears (exl3_gemv_linears_fit), as launch_exl3_gemv_linears makes it.
+GemvGrid grouped_plan(std::span<const Exl3LinearParams> ps, int64_t scratch_floats, int sm_count) {
+  const Exl3LinearParams& p0 = ps[0];
+  const int64_t columns = total_columns(ps);
+  const int64_t max_slices = std::min<int64_t>(65535, scratch_floats / (p0.m * columns));
+  return plan_linear(columns / kTileSize, p0.k / kTileSize, p0.m, p0.bits, p0.codebook, p0.int8_activations, sm_count,
+                     max_slices);
+}
+
+}  // namespace
+
+bool exl3_gemv_linears_take_staged_input(std::span<const Exl3LinearParams> ps, int64_t scratch_floats, int sm_count) {
+  if (!exl3_gemv_linears_fit(ps, scratch_floats) || ps[0].m > kGemvHandoffMaxRows) return false;
+  return !ps[0].int8_activations || grouped_plan(ps, scratch_floats, sm_count).stage_blocks == 1;
+}
+
 bool exl3_gemv_linear_fits(const Exl3LinearParams& p) {
   return exl3_gemv_linears_fit(std::span<const Exl3LinearParams>(&p, 1), std::max(p.scratch_c_floats, p.m * p.n));
 }
 
 void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scratch, int64_t scratch_floats,
-                              GemvEpilogue epilogue, int sm_count, cudaStream_t stream, const GemvRopeKv* rope) {
+                              GemvEpilogue epilogue, int sm_count, cudaStream_t stream, const GemvRopeKv* rope,
+                              const GemvNormHandoff* handoff) {
   EXL3_CHECK(!ps.empty() && static_cast<int>(ps.size()) <= kMaxProblems, "1..", kMaxProblems, " linears, got ",
              ps.size());
   EXL3_CHECK(same_kind(ps), "grouped linears must share x (or its fused RMSNorm), m, k, in_features, bits and codebook");
@@ -456,13 +503,18 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
   EXL3_CHECK(!int8 || (p0.codebook == Codebook::kMul1 && p0.m <= kInt8MaxGroups * kInt8GroupRows),
              "int8 activations take MUL1 weights and at most ", kInt8MaxGroups * kInt8GroupRows, " rows, got codebook ",
              static_cast<int>(p0.codebook), " and ", p0.m, " rows");
+  const bool staged_input = p0.staged_input != nullptr;
   for (const Exl3LinearParams& p : ps) {
     EXL3_CHECK(p.int8_activations == int8, "grouped linears must agree on int8 activations");
+    EXL3_CHECK((p.staged_input != nullptr) == staged_input, "grouped linears must all take staged inputs or none");
   }
+  EXL3_CHECK(!staged_input || (p0.norm_x == nullptr && p0.m <= kGemvHandoffMaxRows), "staged inputs take at most ",
+             kGemvHandoffMaxRows, " rows and no fused RMSNorm, got ", p0.m);
+  EXL3_CHECK(handoff == nullptr || (epilogue == GemvEpilogue::kAddResidual && ps.size() == 1),
+             "a norm hand-off follows one linear into the residual");
   const int64_t columns = total_columns(ps);
   const int64_t max_slices = std::min<int64_t>(65535, scratch_floats / (p0.m * columns));
-  const GemvGrid plan =
-      plan_linear(columns / kTileSize, p0.k / kTileSize, p0.m, p0.bits, p0.codebook, int8, sm_count, max_slices);
+  const GemvGrid plan = grouped_plan(ps, scratch_floats, sm_count);
   EXL3_CHECK(plan.slices >= 1 && plan.slices <= max_slices, "scratch (", scratch_floats,
              " floats) cannot hold the partial products of [", p0.m, ", ", columns, "] these linears need");
   GemvArgs args{};
@@ -491,13 +543,18 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
     out.output[i] = {partials, p.svh, p.bias, p.y, p.y_f32, p.n, p.out_features};
     partials += plan.slices * p.m * p.n;
   }
+  if (handoff != nullptr) {
+    out.norm_handoff = true;
+    out.handoff = *handoff;
+  }
+  if (staged_input) take_staged_inputs(ps, args);
   if (int8) {
     const int blocks = assign_blocks(args, plan);
-    prestage_int8(ps, args, stream);
+    if (!staged_input) prestage_int8(ps, args, stream);
     launch_exl3_gemv_int8(args, p0.bits, plan.stage_blocks,
                           dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices)), stream);
   } else {
-    prestage(ps, args, stream);
+    if (!staged_input) prestage(ps, args, stream);
     launch<true>(args, p0.bits, p0.codebook, plan, stream);
   }
   launch_gemv_output(out, stream);

@@ -68,10 +68,56 @@ struct GemvRopeKv {
 // products in `scratch` (scratch_floats floats, shared by all; the params' scratch fields are not
 // used). Use exl3_gemv_linears_fit first; the launcher checks it again (EXL3_CHECK). kRopeKvWrite
 // takes `rope` (read at launch).
+// How a few-rows linear of m rows takes its input staged (GemvProblem::prestaged's layouts): int8 q
+// and its two side tables, or fp16 A in m_blocks 16-row blocks (doubled for 3INST and MCG with one
+// m-block) and, for MUL1, the row sums. Per problem: staged_words words, then side_words floats
+// (a multiple of 4, so that the next problem's words stay 16-byte aligned).
+struct GemvStagedLayout {
+  bool int8 = false;
+  int m_blocks = 1;
+  bool doubled = false;
+  bool row_sums = false;
+  int64_t staged_words = 0;
+  int64_t side_words = 0;
+  int64_t problem_words() const { return staged_words + side_words; }
+};
+GemvStagedLayout gemv_staged_layout(int64_t m, int64_t k, Codebook codebook, bool int8_activations);
+
+// Rows for which a linear_add's output pass hands off the next RMSNorm (GemvNormHandoff): every
+// row count of the few-rows path from 2. Measured on the H200, 8B decode, against no hand-off
+// (bench/results/2026-12-06-s12-h200, run 3): int8 off, batch 2 +2.2%, 4 +5.5%, 8 +7.3%, 16 +6%,
+// 32 +4%; with int8 auto, batch 4-8 +5-6%; at one row even (off) or within the noise (auto),
+// where the matmul's own fused norm (kGemvNormMaxRows) stays.
+constexpr int64_t kGemvHandoffMinRows = 2;
+constexpr int64_t kGemvHandoffMaxRows = kGemvMaxRows;
+
+// A linear_add's hand-off of the next RMSNorm (kAddResidual, one linear whose out_features is its
+// n): with the residual's new values in hand, the output pass (exl3_gemv_output_norm.cu; a block
+// cluster per row sums its squares) forms h = fp16(rms_norm(residual, norm_weight, eps)), as
+// the fused RMSNorm of the matmul does, and stages the input of each of `consumers` linears of h
+// (suh[i], all taking `layout`) into staged[i] (its side tables after the staged words). Those
+// linears then launch with it as their staged_input.
+struct GemvNormHandoff {
+  const float* norm_weight = nullptr;  // F32 [n]
+  float eps = 0.0f;
+  GemvStagedLayout layout;
+  int consumers = 0;
+  const __half* suh[3] = {};
+  uint32_t* staged[3] = {};
+};
+
+// Whether this device and the output pass can take a hand-off for m rows of n outputs read by
+// `consumers` linears (sm_90 clusters; n / 128 cut into at most 8 blocks of outputs whose warps
+// outnumber the consumers).
+bool gemv_norm_handoff_fits(int64_t m, int64_t n, int consumers);
+
 void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scratch, int64_t scratch_floats,
                               GemvEpilogue epilogue, int sm_count, cudaStream_t stream,
-                              const GemvRopeKv* rope = nullptr);
+                              const GemvRopeKv* rope = nullptr, const GemvNormHandoff* handoff = nullptr);
 bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch_floats);
+// Whether they fit and their launch would take a staged input (staged_input): the int8 kernel's
+// two-block stages (int8_wide_stages_allowed, the planner's choice) stage their own slices.
+bool exl3_gemv_linears_take_staged_input(std::span<const Exl3LinearParams> ps, int64_t scratch_floats, int sm_count);
 
 // ---- internal to exl3_gemv.cu / exl3_gemv_output.cu ----------------------------------------------
 
@@ -92,8 +138,11 @@ struct GemvOutputArgs {
   GemvEpilogue epilogue = GemvEpilogue::kStore;
   GemvOutput output[3];
   GemvRopeKv rope;  // kRopeKvWrite
+  bool norm_handoff = false;  // kAddResidual: `handoff` is taken (launch_gemv_output_norm)
+  GemvNormHandoff handoff;
 };
 
 void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream);
+void launch_gemv_output_norm(const GemvOutputArgs& args, cudaStream_t stream);
 
 }  // namespace exl3

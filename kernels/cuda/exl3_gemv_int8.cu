@@ -22,7 +22,8 @@
 // carries the Σ q term. Only the m real rows of q are staged (lanes of rows past m
 // read the last row and their sums are dropped), so shared memory, sized per launch, and with it
 // the blocks an SM holds, follow m. From kInt8PrestageMinRows rows the quantized input of the whole
-// k comes prestaged (exl3_gemv_stage_int8.cu) and the blocks copy their slices of it. The block
+// k comes prestaged (exl3_gemv_stage_int8.cu), or from 2 rows handed off by the linear_add before it
+// (exl3_gemv_output_norm.cu), and the blocks copy their slices of it. The block
 // writes one partial product per k-slice, summed by the output pass (exl3_gemv_output.cu) as for
 // the fp16 kernel.
 #include <cuda_fp16.h>
@@ -341,7 +342,8 @@ void launch_groups(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStrea
 }
 
 // Two-block stages exist for one group of rows at K <= 6 (int8_wide_stages_allowed), below
-// kInt8PrestageMinRows rows: never prestaged.
+// kInt8PrestageMinRows rows: never prestaged (a linear_add hands no input off to them:
+// exl3_gemv_linears_take_staged_input).
 static_assert(kInt8WideStageRows < kInt8PrestageMinRows);
 template <int kBits>
 void launch_bits(const GemvArgs& args, int stage_blocks, dim3 grid, size_t smem_bytes, cudaStream_t stream) {

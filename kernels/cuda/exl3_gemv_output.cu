@@ -14,12 +14,15 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/exl3_gemv.cuh"
+#include "kernels/cuda/exl3_gemv_output_common.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
 #include "kernels/cuda/paged_cache_slots.cuh"
 #include "kernels/cuda/rope_rotation.cuh"
 
 namespace exl3 {
 namespace {
+
+using namespace gemv_output;  // NOLINT: the pass's shared steps
 
 constexpr int kWarpSize = 32;
 constexpr int kWarps = 8;  // a block's; an output's `groups` warps sum its slices g, g + groups, ...
@@ -28,63 +31,6 @@ constexpr int64_t kBlock = wht128::kBlock;
 static_assert(kGemvRopeHeadDim == kBlock, "a rotated head is one output block");
 // Warps a launch aims for: outputs take fewer warps each once there are this many of them.
 constexpr int64_t kTargetWarps = 4096;
-
-// Σ slices of the lane's 4 columns col0 .. col0 + 3 of `row`, over this warp's share of the slices
-// (several loads in flight: the partials sit in L2, and one at a time would pay its latency once
-// per slice).
-__device__ __forceinline__ float4 slice_sum(const GemvOutput& o, int64_t m, int64_t slices, int64_t row, int64_t col0,
-                                            int group, int groups) {
-  constexpr int kInFlight = 4;
-  const float* c = o.c + row * o.n + col0;
-  const int64_t stride = m * o.n;
-  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  for (int64_t s0 = group; s0 < slices; s0 += kInFlight * groups) {
-    float4 part[kInFlight];
-#pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      const int64_t s = s0 + int64_t{i} * groups;
-      part[i] = s < slices ? *reinterpret_cast<const float4*>(c + s * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
-#pragma unroll
-    for (int i = 0; i < kInFlight; ++i) {
-      sum.x += part[i].x;
-      sum.y += part[i].y;
-      sum.z += part[i].z;
-      sum.w += part[i].w;
-    }
-  }
-  return sum;
-}
-
-// The lane's svh and bias (0 where there is none) of columns col0 .. col0 + 3: constants of the
-// model, read before the kernels this one depends on have finished.
-struct ColumnScales {
-  float svh[wht128::kPerLane];
-  float bias[wht128::kPerLane];
-};
-
-__device__ __forceinline__ ColumnScales column_scales(const GemvOutput& o, int64_t col0) {
-  ColumnScales s;
-#pragma unroll
-  for (int e = 0; e < wht128::kPerLane; ++e) {
-    const int64_t col = col0 + e;
-    s.svh[e] = __half2float(o.svh[col]);
-    s.bias[e] = o.bias != nullptr && col < o.out_features ? o.bias[col] : 0.0f;
-  }
-  return s;
-}
-
-// v: the summed column values in; Hadamard, scale, ⊙ svh, + bias out.
-__device__ __forceinline__ void finish(const GemvOutput& o, const ColumnScales& s, int64_t col0, int lane,
-                                       float (&v)[wht128::kPerLane]) {
-  wht128::transform(v, lane);
-#pragma unroll
-  for (int e = 0; e < wht128::kPerLane; ++e) {
-    float out = v[e] * wht128::kScale * s.svh[e];
-    if (o.bias != nullptr && col0 + e < o.out_features) out += s.bias[e];
-    v[e] = out;
-  }
-}
 
 // kRopeKvWrite (exl3_gemv.cuh): the lane's 4 values v (columns 4·lane .. 4·lane + 3 of head `head`
 // of `row`, output `which`: 0 q, 1 k, 2 v) rounded to fp16, q and k rotated, stored into y and, k
@@ -277,6 +223,10 @@ void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream) {
     EXL3_CHECK(args.outputs == 2 && args.output[0].n == args.output[1].n &&
                    args.output[0].out_features == args.output[1].out_features && !args.output[0].y_f32,
                "gemv output: silu-mul takes gate and up of one width and an F16 output");
+  }
+  if (args.norm_handoff) {
+    launch_gemv_output_norm(args, stream);
+    return;
   }
   // Warps per output: as many as the slices use (up to a block's 8), fewer where the outputs alone
   // fill kTargetWarps.

@@ -64,6 +64,10 @@ struct Exl3LinearParams {
   const float* norm_x = nullptr;
   const float* norm_weight = nullptr;
   float norm_eps = 0.0f;
+  // The few-rows path's input already staged as gemv_staged_layout(m, k, codebook,
+  // int8_activations) says (a linear_add's hand-off, GemvNormHandoff; m <= kGemvHandoffMaxRows):
+  // its blocks copy their slices of it, and neither x nor norm_x is read.
+  const uint32_t* staged_input = nullptr;
 };
 
 // Contract: as launch_exl3_gemm plus in_features in 1..k, out_features in 1..n. Numerics follow

@@ -27,6 +27,7 @@
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/fp16.h"
 #include "kernels/ops.h"
 
@@ -479,7 +480,7 @@ std::vector<Check> run_linear_add(Backend& b, std::mt19937& rng, int64_t m, int 
   const LinearWeights w = prepared(b, h);
   Tensor out = device_zeros(b, DType::kF32, {m, 200});
   Tensor res = to_device(b, residual);
-  b.linear_add(w, to_device(b, to_dtype(x, b.activation_dtype())), out, res);
+  b.linear_add(w, to_device(b, to_dtype(x, b.activation_dtype())), out, res, nullptr);
   return {{"residual", to_host_f32(b, res), want, kExl3}};
 }
 
@@ -501,12 +502,112 @@ std::vector<Check> run_norm_linears(Backend& b, std::mt19937& rng, int64_t m, in
     const Tensor want = silu_mul_ref(rounded(exl3_reference(gate, h_want), a), rounded(exl3_reference(up, h_want), a));
     const LinearWeights gw = prepared(b, gate), uw = prepared(b, up);
     Tensor g = device_zeros(b, a, {m, 300}), u = device_zeros(b, a, {m, 300}), act = device_zeros(b, a, {m, 300});
-    b.norm_gate_up_silu(x_dev, w_dev, kEps, h, gw, uw, g, u, act);
+    b.norm_gate_up_silu(x_dev, w_dev, kEps, h, gw, uw, g, u, act, nullptr);
     return {{"act", to_host_f32(b, act), want, kExl3}};
   }
   QkvLikeLinears l = qkv_like_linears(b, rng, m, bits, cb, h_want);
-  b.norm_linears(x_dev, w_dev, kEps, h, l.ptrs, l.ys);
+  b.norm_linears(x_dev, w_dev, kEps, h, l.ptrs, l.ys, nullptr);
   return qkv_like_checks(b, l);
+}
+
+// A linear_add that hands the next RMSNorm off (NormHandoff) to the linears of the normed residual:
+// residual (F32 [m, dim]) += x · w, then norm_linears (three linears, q/k/v-like widths) or
+// norm_gate_up_silu of the new residual. Against residual + exl3_linear_ref, rms_norm_ref (rounded
+// to the activation dtype) and exl3_linear_ref (and silu_mul_ref) of it, and against the same norm
+// op run again without the hand-off. CUDA, kGemvHandoffMinRows (3) rows or more: the hand-off must
+// be taken (the output pass does the norm and the linears' input transforms) and consumed; below,
+// and on the CPU backend, it is not taken.
+struct HandoffCase {
+  int64_t m;
+  int64_t dim;
+  Codebook codebook;
+  bool gated;
+};
+
+std::vector<Check> run_norm_handoff(Backend& b, std::mt19937& rng, const HandoffCase& c, const Budget& budget) {
+  constexpr float kEps = 1e-5f;
+  const DType a = b.activation_dtype();
+  const int64_t m = c.m, dim = c.dim;
+  const Tensor xp = rounded(normal({m, 384}, rng), DType::kF16);
+  const HostLinear producer = random_exl3_linear(rng, {384, dim, 384, dim, 4, c.codebook, m, true, true});
+  const Tensor r0 = normal({m, dim}, rng, 3.0f);
+  Tensor res_want = exl3_reference(producer, xp);
+  for (int64_t i = 0; i < res_want.numel(); ++i) res_want.mutable_data<float>()[i] += r0.data<float>()[i];
+  const Tensor weight = uniform({dim}, rng, 0.5f, 1.5f);
+  const Tensor h_want = rounded(rms_norm_ref(res_want, weight, kEps), a);
+
+  const LinearWeights wp = prepared(b, producer);
+  const Tensor w_dev = to_device(b, weight);
+  Tensor res = to_device(b, r0);
+  Tensor out = device_zeros(b, DType::kF32, {m, dim});
+  Tensor h = device_zeros(b, a, {m, dim});
+  std::vector<Exl3Case> shapes;
+  if (c.gated) {
+    shapes = {{dim, 384, dim, 300, 4, c.codebook, m, false, false},
+              {dim, 384, dim, 300, 4, c.codebook, m, false, false}};
+  } else {
+    shapes = {{dim, 384, dim, 300, 4, c.codebook, m, false, true},
+              {dim, 128, dim, 128, 4, c.codebook, m, true, false},
+              {dim, 128, dim, 100, 4, c.codebook, m, false, false}};
+  }
+  std::vector<HostLinear> hosts;
+  std::vector<LinearWeights> ws;
+  for (const Exl3Case& s : shapes) hosts.push_back(random_exl3_linear(rng, s));
+  for (const HostLinear& hl : hosts) ws.push_back(prepared(b, hl));
+  NormHandoff handoff{&w_dev, kEps, {}, static_cast<int>(ws.size())};
+  for (size_t i = 0; i < ws.size(); ++i) handoff.linears[i] = &ws[i];
+  const std::span<const LinearWeights* const> ptrs(handoff.linears.data(), ws.size());
+
+  b.linear_add(wp, to_device(b, to_dtype(xp, a)), out, res, &handoff);
+  const bool prepared_it = handoff.prepared;
+  EXPECT_EQ(prepared_it, b.device() == Device::kCuda && m >= kGemvHandoffMinRows) << "m " << m << " dim " << dim;
+  std::vector<Check> checks = {{"residual", to_host_f32(b, res), res_want, budget}};
+  // Runs the norm op (with `with`) into fresh outputs: host F32 copies of them.
+  const auto run_norm_op = [&](NormHandoff* with) {
+    std::vector<Tensor> got;
+    if (c.gated) {
+      Tensor g = device_zeros(b, a, {m, 300}), u = device_zeros(b, a, {m, 300}), act = device_zeros(b, a, {m, 300});
+      b.norm_gate_up_silu(res, w_dev, kEps, h, ws[0], ws[1], g, u, act, with);
+      got.push_back(to_host_f32(b, act));
+    } else {
+      std::vector<Tensor> ys;
+      for (const Exl3Case& s : shapes) ys.push_back(device_zeros(b, s.y_f32 ? DType::kF32 : a, {m, s.out_features}));
+      b.norm_linears(res, w_dev, kEps, h, ptrs, ys, with);
+      for (const Tensor& y : ys) got.push_back(to_host_f32(b, y));
+    }
+    return got;
+  };
+  const std::vector<Tensor> handed = run_norm_op(&handoff);
+  EXPECT_FALSE(handoff.prepared) << "the norm op consumes the hand-off";
+  const std::vector<Tensor> unfused = run_norm_op(nullptr);
+  std::vector<Tensor> wants;
+  if (c.gated) {
+    wants.push_back(
+        silu_mul_ref(rounded(exl3_reference(hosts[0], h_want), a), rounded(exl3_reference(hosts[1], h_want), a)));
+  } else {
+    for (const HostLinear& hl : hosts) wants.push_back(exl3_reference(hl, h_want));
+  }
+  for (size_t i = 0; i < handed.size(); ++i) {
+    checks.push_back({absl::StrCat("y", i), handed[i], wants[i], budget});
+    checks.push_back({absl::StrCat("y", i, "_as_unfused"), handed[i], unfused[i], budget});
+  }
+  return checks;
+}
+
+void add_norm_handoff_cases(std::vector<OpCase>& cases) {
+  // dim 256: clusters of 2 blocks of one output; 1024: 8 of one; 4096: 8 of 4 (an 8B's hidden).
+  for (Codebook cb : {Codebook::k3Inst, Codebook::kMul1}) {
+    for (int64_t m : {2, 3, 5, 8, 16, 33}) {
+      for (int64_t dim : {256, 1024, 4096}) {
+        for (bool gated : {false, true}) {
+          const HandoffCase c{m, dim, cb, gated};
+          cases.push_back({absl::StrCat("linear_add_handoff_", gated ? "gate_up" : "linears", "_", codebook_name(cb),
+                                        "_m", m, "_d", dim),
+                           [=](Backend& b, std::mt19937& rng) { return run_norm_handoff(b, rng, c, kExl3); }});
+        }
+      }
+    }
+  }
 }
 
 void add_fused_linear_cases(std::vector<OpCase>& cases) {
@@ -784,8 +885,10 @@ std::vector<Check> run_rope_kv_write(Backend& b, std::mt19937& rng, int64_t head
 // tokens (CUDA: one matmul with the norm fused, whose output pass rotates and writes the cache), 5
 // and 9 (the RMSNorm launch, then that matmul). Against rms_norm_ref, exl3_linear_ref rounded to
 // the activation dtype, rope_ref and kv_write_ref, and exactly against Backend's composition of
-// norm_linears and rope_kv_write.
-std::vector<Check> run_norm_qkv_rope_kv_write(Backend& b, std::mt19937& rng, int64_t m, Codebook cb) {
+// norm_linears and rope_kv_write. With `handoff`, the residual comes from a linear_add that hands
+// the norm off (NormHandoff; CUDA, from 3 rows: the output pass stages q/k/v's inputs), and the
+// composition agrees within the EXL3 budget (the norm's sum runs in another order).
+std::vector<Check> run_norm_qkv_rope_kv_write(Backend& b, std::mt19937& rng, int64_t m, Codebook cb, bool handoff) {
   constexpr float kEps = 1e-5f;
   constexpr int64_t kHeads = 4, kKvHeads = 2, kHeadDim = 128, kDim = 256;
   constexpr int64_t kPageSize = 16, kNumPages = 9, kMaxPages = 3;
@@ -801,7 +904,14 @@ std::vector<Check> run_norm_qkv_rope_kv_write(Backend& b, std::mt19937& rng, int
     step.token_seq.push_back(t < in_seq0 ? 0 : 1);
   }
   const DType a = b.activation_dtype();
-  const Tensor x = normal({m, kDim}, rng, 2.0f);
+  const Tensor x0 = normal({m, kDim}, rng, 2.0f);
+  Tensor x = x0.clone();
+  const Tensor xp = rounded(normal({m, 384}, rng), DType::kF16);
+  const HostLinear producer = random_exl3_linear(rng, {384, kDim, 384, kDim, 4, cb, m, true, false});
+  if (handoff) {
+    const Tensor added = exl3_reference(producer, xp);
+    for (int64_t i = 0; i < x.numel(); ++i) x.mutable_data<float>()[i] += added.data<float>()[i];
+  }
   const Tensor weight = uniform({kDim}, rng, 0.5f, 1.5f);
   const Tensor h_want = rounded(rms_norm_ref(x, weight, kEps), a);
   const HostLinear lq =
@@ -834,24 +944,35 @@ std::vector<Check> run_norm_qkv_rope_kv_write(Backend& b, std::mt19937& rng, int
   Tensor k = device_zeros(b, a, {m, kKvHeads, kHeadDim});
   Tensor v = device_zeros(b, a, {m, kKvHeads, kHeadDim});
   const StepMeta meta = device_meta(b, step, page_table, 2, kMaxPages);
-  const Tensor x_dev = to_device(b, x), w_dev = to_device(b, weight);
+  Tensor x_dev = to_device(b, handoff ? x0 : x);
+  const Tensor w_dev = to_device(b, weight);
   const Tensor freq_dev = to_device(b, Tensor::from_vector(inv_freq, {static_cast<int64_t>(inv_freq.size())}));
-  b.norm_qkv_rope_kv_write(x_dev, w_dev, kEps, h, qkv, q, k, v, freq_dev, kScaling, cache, meta);
+  NormHandoff hf{&w_dev, kEps, {&wq, &wk, &wv}, 3};
+  const LinearWeights wp = prepared(b, producer);
+  if (handoff) {
+    Tensor out = device_zeros(b, DType::kF32, {m, kDim});
+    b.linear_add(wp, to_device(b, to_dtype(xp, a)), out, x_dev, &hf);
+    EXPECT_EQ(hf.prepared, b.device() == Device::kCuda && m >= kGemvHandoffMinRows) << "m " << m;
+  }
+  b.norm_qkv_rope_kv_write(x_dev, w_dev, kEps, h, qkv, q, k, v, freq_dev, kScaling, cache, meta,
+                           handoff ? &hf : nullptr);
+  EXPECT_FALSE(hf.prepared);
   // The composition (Backend's own: norm_linears, then rope_kv_write) into fresh buffers: the
   // fused path must give its results bit for bit.
   PagedKv cache2 = paged_kv(device_zeros(b, b.kv_dtype(), page_shape), device_zeros(b, b.kv_dtype(), page_shape));
   Tensor q2 = device_zeros(b, a, {m, kHeads, kHeadDim});
   Tensor k2 = device_zeros(b, a, {m, kKvHeads, kHeadDim});
   Tensor v2 = device_zeros(b, a, {m, kKvHeads, kHeadDim});
-  b.Backend::norm_qkv_rope_kv_write(x_dev, w_dev, kEps, h, qkv, q2, k2, v2, freq_dev, kScaling, cache2, meta);
+  b.Backend::norm_qkv_rope_kv_write(x_dev, w_dev, kEps, h, qkv, q2, k2, v2, freq_dev, kScaling, cache2, meta, nullptr);
+  const Budget composed = handoff ? kExl3 : kExact;
   return {{"q", to_host_f32(b, q), want_q, kExl3},
           {"k", to_host_f32(b, k), want_k, kExl3},
           {"v", to_host_f32(b, v), want_v, kExl3},
           {"k_pages", to_host_f32(b, cache.k_pages), ref_cache.k_pages, kExl3},
           {"v_pages", to_host_f32(b, cache.v_pages), ref_cache.v_pages, kExl3},
-          {"q_as_composed", to_host_f32(b, q), to_host_f32(b, q2), kExact},
-          {"k_pages_as_composed", to_host_f32(b, cache.k_pages), to_host_f32(b, cache2.k_pages), kExact},
-          {"v_pages_as_composed", to_host_f32(b, cache.v_pages), to_host_f32(b, cache2.v_pages), kExact}};
+          {"q_as_composed", to_host_f32(b, q), to_host_f32(b, q2), composed},
+          {"k_pages_as_composed", to_host_f32(b, cache.k_pages), to_host_f32(b, cache2.k_pages), composed},
+          {"v_pages_as_composed", to_host_f32(b, cache.v_pages), to_host_f32(b, cache2.v_pages), composed}};
 }
 
 void add_attention_cases(std::vector<OpCase>& cases) {
@@ -874,8 +995,12 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   }
   for (Codebook cb : {Codebook::k3Inst, Codebook::kMul1}) {
     for (int64_t m : {1, 2, 5, 9}) {
-      cases.push_back({absl::StrCat("norm_qkv_rope_kv_write_K4_", codebook_name(cb), "_m", m),
-                       [=](Backend& b, std::mt19937& rng) { return run_norm_qkv_rope_kv_write(b, rng, m, cb); }});
+      for (bool handoff : {false, true}) {
+        cases.push_back(
+            {absl::StrCat(handoff ? "linear_add_handoff_" : "", "norm_qkv_rope_kv_write_K4_", codebook_name(cb), "_m",
+                          m),
+             [=](Backend& b, std::mt19937& rng) { return run_norm_qkv_rope_kv_write(b, rng, m, cb, handoff); }});
+      }
     }
   }
 }
@@ -890,6 +1015,7 @@ std::vector<OpCase> all_cases(Device device) {
   add_gather_rows_cases(cases);
   add_exl3_linear_cases(cases);
   add_fused_linear_cases(cases);
+  add_norm_handoff_cases(cases);
   add_dense_linear_cases(cases);
   add_attention_cases(cases);
   for (OpCase& c : cases) c.device = device;
@@ -960,6 +1086,34 @@ std::string case_name(const ::testing::TestParamInfo<OpCase>& info) { return inf
 
 INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::ValuesIn(all_cases(Device::kCuda)), case_name);
 INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::ValuesIn(all_cases(Device::kCpu)), case_name);
+
+// The hand-off with int8 activations on (CUDA): the output pass quantizes each consumer's input per
+// 128 inputs as their matmul would (kernels/int8_activations.h). Against the same norm op without
+// the hand-off and the fp references, within int8's error (~0.6% relative rms per quantized block).
+TEST(CudaNormHandoff, Int8ActivationsMatchTheUnfusedPath) {
+  CudaBackendOptions options;
+  options.int8_activations = Int8Activations::kOn;
+  absl::StatusOr<std::unique_ptr<Backend>> made = make_cuda_backend(options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Backend& b = **made;
+  EXL3_CHECK_OK(b.reserve_scratch(kMaxRows, kMaxFeatures));
+  constexpr Budget kInt8{3e-4, 0.15};
+  for (int64_t m : {3, 5, 8}) {
+    for (int64_t dim : {1024, 4096}) {
+      for (bool gated : {false, true}) {
+        const std::string name = absl::StrCat("int8_handoff_", gated ? "gate_up" : "linears", "_m", m, "_d", dim);
+        std::mt19937 rng(seed_of(name));
+        for (const Check& check : run_norm_handoff(b, rng, {m, dim, Codebook::kMul1, gated}, kInt8)) {
+          const ErrorStats s = measure(check.got, check.want);
+          std::printf("%-40s %-14s nmse %.3g max_abs %.3g\n", name.c_str(), check.what.c_str(), s.nmse, s.max_abs);
+          EXPECT_TRUE(within(s, check.budget)) << name << " " << check.what << ": nmse " << s.nmse << " max_abs "
+                                               << s.max_abs << ", " << s.nonfinite << " non-finite";
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(b.synchronize().ok());
+}
 
 // ---- Memory, uploads and conversions -------------------------------------------------------------
 

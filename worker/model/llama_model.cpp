@@ -271,8 +271,9 @@ absl::Status LlamaModel::reserve_limits(const StepLimits& limits) const {
   return absl::OkStatus();
 }
 
-absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, StepBuffers& b, const StepMeta& meta,
-                                   KvCache& cache, Communicator* comm) const {
+absl::Status LlamaModel::run_layer(const DecoderLayer& layer, const DecoderLayer* next, int64_t index, StepBuffers& b,
+                                   const StepMeta& meta, KvCache& cache, Communicator* comm,
+                                   NormHandoff& handoff) const {
   const ModelConfig& c = config_;
   Backend& be = *backend_;
   const int64_t n = meta.num_tokens, hd = c.head_dim;
@@ -290,13 +291,13 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
     if (c.qk_norm) {  // the per-head norms come between the projections and the rotation
       Tensor qkv_out[] = {q.reshape({n, layer.heads * hd}), k.reshape({n, layer.kv_heads * hd}),
                           v.reshape({n, layer.kv_heads * hd})};
-      be.norm_linears(b.x, layer.input_norm, eps, h, qkv, qkv_out);
+      be.norm_linears(b.x, layer.input_norm, eps, h, qkv, qkv_out, &handoff);
       be.rms_norm(q, layer.q_norm, eps, q);
       be.rms_norm(k, layer.k_norm, eps, k);
       be.rope_kv_write(q, k, v, inv_freq_, rope_.attention_scaling, kv, meta);
     } else {
       be.norm_qkv_rope_kv_write(b.x, layer.input_norm, eps, h, qkv, q, k, v, inv_freq_, rope_.attention_scaling, kv,
-                                meta);
+                                meta, &handoff);
     }
     Tensor attn = b.attn.view_bytes(0, b.attn.dtype(), {n, layer.heads, hd});
     be.attention(q, kv, meta, attn);
@@ -304,7 +305,12 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
     if (tensor_parallel) {
       be.linear(layer.o.weights(), attn2, proj);
     } else {
-      be.linear_add(layer.o.weights(), attn2, proj, b.x);
+      // The MLP's norm may be done in the same pass (NormHandoff).
+      handoff = NormHandoff{};
+      if (layer.gate.info().out_features > 0) {
+        handoff = {&layer.post_norm, eps, {&layer.gate.weights(), &layer.up.weights()}, 2};
+      }
+      be.linear_add(layer.o.weights(), attn2, proj, b.x, &handoff);
     }
   } else {
     be.zero(proj);
@@ -321,11 +327,17 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, int64_t index, Ste
     Tensor gate = b.gate.view_bytes(0, b.gate.dtype(), {n, mlp});
     Tensor up = b.up.view_bytes(0, b.up.dtype(), {n, mlp});
     Tensor act = b.act.view_bytes(0, b.act.dtype(), {n, mlp});
-    be.norm_gate_up_silu(b.x, layer.post_norm, eps, h, layer.gate.weights(), layer.up.weights(), gate, up, act);
+    be.norm_gate_up_silu(b.x, layer.post_norm, eps, h, layer.gate.weights(), layer.up.weights(), gate, up, act,
+                         &handoff);
     if (tensor_parallel) {
       be.linear(layer.down.weights(), act, proj);
     } else {
-      be.linear_add(layer.down.weights(), act, proj, b.x);
+      // The next layer's attention norm may be done in the same pass.
+      handoff = NormHandoff{};
+      if (next != nullptr && next->heads > 0) {
+        handoff = {&next->input_norm, eps, {&next->q.weights(), &next->k.weights(), &next->v.weights()}, 3};
+      }
+      be.linear_add(layer.down.weights(), act, proj, b.x, &handoff);
     }
   } else {
     be.zero(proj);
@@ -454,8 +466,12 @@ absl::StatusOr<Tensor> LlamaModel::issue_step(StepBuffers& b, KvCache& cache, Co
     EXL3_CHECK(layer_split, "a shard without the embedding needs a layer-split communicator");
     EXL3_RETURN_IF_ERROR(comm->recv(b.x, comm->rank() - 1));
   }
+  // What each linear_add hands to the norm after it (NormHandoff); the first layer's norm has none.
+  NormHandoff handoff;
   for (int64_t l = shard_.first_layer; l < shard_.end_layer; ++l) {
-    EXL3_RETURN_IF_ERROR(run_layer(layers_[l - shard_.first_layer], l, b, b.meta, cache, comm));
+    const int64_t i = l - shard_.first_layer;
+    const DecoderLayer* next = l + 1 < shard_.end_layer ? &layers_[i + 1] : nullptr;
+    EXL3_RETURN_IF_ERROR(run_layer(layers_[i], next, l, b, b.meta, cache, comm, handoff));
   }
   if (!shard_.has_head) {
     EXL3_CHECK(layer_split, "a shard without the head needs a layer-split communicator");

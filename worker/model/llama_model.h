@@ -142,8 +142,10 @@ class LlamaModel {
   absl::StatusOr<StepBuffers> take_buffers(const StepDims& d, Workspace& w) const;
   // The workspace is the model's per-step state: (re)sized here, outside any step.
   absl::Status reserve_limits(const StepLimits& limits) const;
-  absl::Status run_layer(const DecoderLayer& layer, int64_t index, StepBuffers& b, const StepMeta& meta,
-                         KvCache& cache, Communicator* comm) const;
+  // `next`: the layer after it on this shard (null for the last), whose attention norm the MLP's
+  // linear_add may hand off; `handoff` carries what each linear_add hands to the norm after it.
+  absl::Status run_layer(const DecoderLayer& layer, const DecoderLayer* next, int64_t index, StepBuffers& b,
+                         const StepMeta& meta, KvCache& cache, Communicator* comm, NormHandoff& handoff) const;
   absl::StatusOr<Tensor> run_head(StepBuffers& b, const StepMeta& meta, Communicator* comm) const;
   // The logits view run_head returns: the re-packed gathered rows (tensor parallel) or the head's.
   Tensor head_output(const StepBuffers& b, Communicator* comm) const;

@@ -1,0 +1,72 @@
+// The steps every output pass of the few-rows EXL3 linears shares (exl3_gemv_output.cu,
+// exl3_gemv_output_norm.cu): summing an output's k-slice partial products and finishing a 128-column
+// block (Hadamard, ⊙ svh, + bias), as launch_exl3_output_transform does.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/exl3_gemv.cuh"
+#include "kernels/cuda/exl3_wht128.cuh"
+
+namespace exl3::gemv_output {
+
+// Σ slices of the lane's 4 columns col0 .. col0 + 3 of `row`, over this warp's share of the slices
+// (several loads in flight: the partials sit in L2, and one at a time would pay its latency once
+// per slice).
+__device__ __forceinline__ float4 slice_sum(const GemvOutput& o, int64_t m, int64_t slices, int64_t row, int64_t col0,
+                                            int group, int groups) {
+  constexpr int kInFlight = 4;
+  const float* c = o.c + row * o.n + col0;
+  const int64_t stride = m * o.n;
+  float4 sum = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  for (int64_t s0 = group; s0 < slices; s0 += kInFlight * groups) {
+    float4 part[kInFlight];
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      const int64_t s = s0 + int64_t{i} * groups;
+      part[i] = s < slices ? *reinterpret_cast<const float4*>(c + s * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+#pragma unroll
+    for (int i = 0; i < kInFlight; ++i) {
+      sum.x += part[i].x;
+      sum.y += part[i].y;
+      sum.z += part[i].z;
+      sum.w += part[i].w;
+    }
+  }
+  return sum;
+}
+
+// The lane's svh and bias (0 where there is none) of columns col0 .. col0 + 3: constants of the
+// model, read before the kernels this one depends on have finished.
+struct ColumnScales {
+  float svh[wht128::kPerLane];
+  float bias[wht128::kPerLane];
+};
+
+__device__ __forceinline__ ColumnScales column_scales(const GemvOutput& o, int64_t col0) {
+  ColumnScales s;
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) {
+    const int64_t col = col0 + e;
+    s.svh[e] = __half2float(o.svh[col]);
+    s.bias[e] = o.bias != nullptr && col < o.out_features ? o.bias[col] : 0.0f;
+  }
+  return s;
+}
+
+// v: the summed column values in; Hadamard, scale, ⊙ svh, + bias out.
+__device__ __forceinline__ void finish(const GemvOutput& o, const ColumnScales& s, int64_t col0, int lane,
+                                       float (&v)[wht128::kPerLane]) {
+  wht128::transform(v, lane);
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) {
+    float out = v[e] * wht128::kScale * s.svh[e];
+    if (o.bias != nullptr && col0 + e < o.out_features) out += s.bias[e];
+    v[e] = out;
+  }
+}
+
+}  // namespace exl3::gemv_output
