@@ -15,53 +15,8 @@
 namespace exl3 {
 namespace {
 
-// Checks a linear's operands (aborting on a broken contract) and returns the EXL3 kernel's
-// parameters for it (meaningful when w.is_exl3 and x has rows).
-Exl3LinearParams checked_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Tensor& x, Tensor& y) {
-  check_dtype(x, DType::kF16, "linear x");
-  check_f32_or_f16(y, "linear y");
-  EXL3_CHECK(x.rank() == 2 && x.dim(1) == w.in_features, "linear x ", shape_string(x.shape()), " for ", w.in_features,
-             " inputs");
-  const int64_t m = x.dim(0);
-  EXL3_CHECK(y.rank() == 2 && y.dim(0) == m && y.dim(1) == w.out_features, "linear y ", shape_string(y.shape()),
-             " for ", m, " rows of ", w.out_features, " outputs");
-  if (w.bias.defined()) {
-    check_dtype(w.bias, DType::kF32, "linear bias");
-    EXL3_CHECK(w.bias.numel() == w.out_features, "linear bias ", shape_string(w.bias.shape()));
-  }
-  Exl3LinearParams p;
-  if (!w.is_exl3 || m == 0) return p;
-  const Exl3Weight& e = w.exl3;
-  check_dtype(e.trellis, DType::kI16, "linear trellis");
-  check_dtype(e.suh, DType::kF16, "linear suh");
-  check_dtype(e.svh, DType::kF16, "linear svh");
-  EXL3_CHECK(m <= ctx.scratch_rows && e.k <= ctx.scratch_features && e.n <= ctx.scratch_features, "linear: ", m,
-             " rows through a ", e.k, "x", e.n, " EXL3 linear but reserve_scratch reserved ", ctx.scratch_rows,
-             " rows of ", ctx.scratch_features, " features");
-  p.x = ptr<__half>(x);
-  p.m = m;
-  p.in_features = w.in_features;
-  p.out_features = w.out_features;
-  p.trellis = ptr<int16_t>(e.trellis);
-  p.suh = ptr<__half>(e.suh);
-  p.svh = ptr<__half>(e.svh);
-  p.bias = w.bias.defined() ? ptr<float>(w.bias) : nullptr;
-  p.k = e.k;
-  p.n = e.n;
-  p.bits = e.bits;
-  p.codebook = e.codebook;
-  p.y = y.mutable_raw();
-  p.y_f32 = y.dtype() == DType::kF32;
-  p.scratch_a = ctx.scratch_a;
-  p.scratch_c = ctx.scratch_c;
-  p.scratch_c_floats = ctx.scratch_rows * ctx.scratch_features;
-  p.scratch_a_halves = ctx.scratch_rows * ctx.scratch_features;
-  p.int8_activations = use_int8_activations(ctx.int8_activations, e.bits, e.codebook, m);
-  return p;
-}
-
-// The launch-shape half of a linear's parameters (no x, no y) for m rows of an input not formed yet:
-// what exl3_gemv_linears_fit and gemv_staged_layout read.
+// The launch-shape half of an EXL3 linear's parameters (no x, no y, no bias, no scratch) for m rows:
+// all that exl3_gemv_linears_fit and gemv_staged_layout read, so also for an input not formed yet.
 Exl3LinearParams shape_params(const CudaLinearContext& ctx, const LinearWeights& w, int64_t m) {
   const Exl3Weight& e = w.exl3;
   Exl3LinearParams p;
@@ -76,6 +31,40 @@ Exl3LinearParams shape_params(const CudaLinearContext& ctx, const LinearWeights&
   p.bits = e.bits;
   p.codebook = e.codebook;
   p.int8_activations = use_int8_activations(ctx.int8_activations, e.bits, e.codebook, m);
+  return p;
+}
+
+// Checks a linear's operands (aborting on a broken contract) and returns the EXL3 kernel's
+// parameters for it (meaningful when w.is_exl3 and x has rows).
+Exl3LinearParams checked_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Tensor& x, Tensor& y) {
+  check_dtype(x, DType::kF16, "linear x");
+  check_f32_or_f16(y, "linear y");
+  EXL3_CHECK(x.rank() == 2 && x.dim(1) == w.in_features, "linear x ", shape_string(x.shape()), " for ", w.in_features,
+             " inputs");
+  const int64_t m = x.dim(0);
+  EXL3_CHECK(y.rank() == 2 && y.dim(0) == m && y.dim(1) == w.out_features, "linear y ", shape_string(y.shape()),
+             " for ", m, " rows of ", w.out_features, " outputs");
+  if (w.bias.defined()) {
+    check_dtype(w.bias, DType::kF32, "linear bias");
+    EXL3_CHECK(w.bias.numel() == w.out_features, "linear bias ", shape_string(w.bias.shape()));
+  }
+  if (!w.is_exl3 || m == 0) return Exl3LinearParams{};
+  const Exl3Weight& e = w.exl3;
+  check_dtype(e.trellis, DType::kI16, "linear trellis");
+  check_dtype(e.suh, DType::kF16, "linear suh");
+  check_dtype(e.svh, DType::kF16, "linear svh");
+  EXL3_CHECK(m <= ctx.scratch_rows && e.k <= ctx.scratch_features && e.n <= ctx.scratch_features, "linear: ", m,
+             " rows through a ", e.k, "x", e.n, " EXL3 linear but reserve_scratch reserved ", ctx.scratch_rows,
+             " rows of ", ctx.scratch_features, " features");
+  Exl3LinearParams p = shape_params(ctx, w, m);
+  p.x = ptr<__half>(x);
+  p.bias = w.bias.defined() ? ptr<float>(w.bias) : nullptr;
+  p.y = y.mutable_raw();
+  p.y_f32 = y.dtype() == DType::kF32;
+  p.scratch_a = ctx.scratch_a;
+  p.scratch_c = ctx.scratch_c;
+  p.scratch_c_floats = ctx.scratch_rows * ctx.scratch_features;
+  p.scratch_a_halves = ctx.scratch_rows * ctx.scratch_features;
   return p;
 }
 
