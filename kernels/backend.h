@@ -143,7 +143,7 @@ struct SampleBatch {
 // What linear_add hands to the norm op that reads the residual next (norm_linears,
 // norm_gate_up_silu or norm_qkv_rope_kv_write, given the same NormHandoff): the caller names that
 // norm (weight, eps) and the linears that read it. A backend whose linear_add did the norm's work
-// in its own pass (CUDA, up to 8 rows: the RMSNorm of the new residual and the linears' input
+// in its own pass (CUDA, 2-64 rows: the RMSNorm of the new residual and the linears' input
 // transforms in the matmul's output pass) sets `prepared`; the norm op then uses that work and
 // clears it. Backends that never prepare (CPU) leave it unset, and every op computes what it
 // computes without it.

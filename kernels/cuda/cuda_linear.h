@@ -67,8 +67,7 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
 // RMSNorm (norm_weight F32, eps) off to `next`, 1..3 EXL3 linears of the normed residual that one
 // grouped launch takes: their inputs are staged into ctx.handoff and their addresses set in
 // `staged`. True when queued; false, with nothing queued, where the rows (kGemvHandoffMinRows ..
-// kGemvHandoffMaxRows),
-// the shapes, the scratch or the device do not allow it.
+// kGemvHandoffMaxRows), the shapes, the scratch or the device do not allow it.
 bool cuda_linear_add_handoff(const CudaLinearContext& ctx, const LinearWeights& w, const Tensor& x, Tensor& residual,
                              const Tensor& norm_weight, float eps, std::span<const LinearWeights* const> next,
                              std::array<const void*, 3>& staged);

@@ -331,6 +331,23 @@ __device__ __forceinline__ float put_staged_values(uint32_t* tiles, int r, int k
   return sum;
 }
 
+// Stores the warp's staged values v of (row, 128-input block `block`) of a k-input A in the fp16
+// kernel's prestaged layout (`staged`: [m_blocks][k tiles][staged_words_per_tile]) and, with `sums`
+// ([m][k / 128]), the row's sum of the rounded values for that block. Every lane of the warp.
+template <bool kDoubled>
+__device__ __forceinline__ void store_staged_block(uint32_t* staged, float* sums, int64_t k, int row, int64_t block,
+                                                   int lane, const float (&v)[wht128::kPerLane]) {
+  constexpr int kTileWords = staged_words_per_tile(kDoubled);
+  constexpr int kBlockTiles = wht128::kBlock / trellis::kTileSize;
+  const int64_t k_tiles = k / trellis::kTileSize;
+  uint32_t* tiles = staged + ((row / 16) * k_tiles + block * kBlockTiles) * kTileWords;
+  float sum = put_staged_values<kDoubled>(tiles, row % 16, wht128::kPerLane * lane, v);
+  if (sums == nullptr) return;  // uniform over the warp
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+  if (lane == 0) sums[row * (k / wht128::kBlock) + block] = sum;
+}
+
 // The staging of A ahead of the fp16 linear kernel: for each of its problems, x's transform
 // (exactly the values the kernel would stage itself) over the whole k into its staged A (rows up
 // to 16 · m_blocks, those >= m zero) and, with row_sums, every (row < m, 128-input block)'s sum of

@@ -70,4 +70,21 @@ __device__ __forceinline__ Int8Block quantize_int8_block(float (&v)[wht128::kPer
   return {scale, qsum};
 }
 
+// Quantizes the warp's block (row, 128-input block `block`) of an m-row, k-input transformed input
+// (v: transform_values' values) into the int8 kernel's prestaged layout: q at staged
+// ([m][k tiles][16] words), scale · KINV at sides[row][block] and scale · Σ q at
+// sides[m + row][block] ([m][k / 128] each). Every lane of the warp.
+__device__ __forceinline__ void store_int8_block(uint32_t* staged, float* sides, int64_t m, int64_t k, int row,
+                                                 int64_t block, int lane, float (&v)[wht128::kPerLane]) {
+  constexpr int kBlockTiles = wht128::kBlock / trellis::kTileSize;
+  const int64_t k_blocks = k / wht128::kBlock;
+  uint32_t* words = staged + (row * (k / trellis::kTileSize) + block * kBlockTiles) * 16;
+  const Int8Block q = quantize_int8_block(v, lane, wht128::kPerLane * lane, words);
+  if (lane == 0) {
+    const int64_t at = row * k_blocks + block;
+    sides[at] = q.scale * kMul1Inv;
+    sides[m * k_blocks + at] = q.scale * static_cast<float>(q.qsum);
+  }
+}
+
 }  // namespace exl3::gemv

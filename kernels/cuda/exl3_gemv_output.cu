@@ -135,21 +135,8 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
   __syncthreads();
   if (!active || group != 0) return;
 
-  const auto summed = [&](int k, float (&v)[wht128::kPerLane]) {
-    float4 t = part[k][warp][lane];
-    for (int g = 1; g < groups; ++g) {
-      t.x += part[k][warp + g][lane].x;
-      t.y += part[k][warp + g][lane].y;
-      t.z += part[k][warp + g][lane].z;
-      t.w += part[k][warp + g][lane].w;
-    }
-    v[0] = t.x;
-    v[1] = t.y;
-    v[2] = t.z;
-    v[3] = t.w;
-  };
   float v[wht128::kPerLane];
-  summed(0, v);
+  sum_of_groups(part[0], warp, lane, groups, v);
   finish(o, scales, col0, lane, v);
   if constexpr (kRope) {
     rope_kv_store(args.rope, which, o, row, block % blocks_per_row, pos, page, lane, freq, v);
@@ -157,7 +144,7 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
   }
   if (silu) {
     float u[wht128::kPerLane];
-    summed(1, u);
+    sum_of_groups(part[1], warp, lane, groups, u);
     finish(args.output[1], up_scales, col0, lane, u);
     auto* act = static_cast<__half*>(o.y);
 #pragma unroll

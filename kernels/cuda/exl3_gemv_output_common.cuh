@@ -57,6 +57,23 @@ __device__ __forceinline__ ColumnScales column_scales(const GemvOutput& o, int64
   return s;
 }
 
+// An output's column sums from its `groups` warps' slice sums (part[warp .. warp + groups - 1]
+// [lane], in that order) into the lane's 4 values.
+__device__ __forceinline__ void sum_of_groups(const float4 (*part)[32], int warp, int lane, int groups,
+                                              float (&v)[wht128::kPerLane]) {
+  float4 t = part[warp][lane];
+  for (int g = 1; g < groups; ++g) {
+    t.x += part[warp + g][lane].x;
+    t.y += part[warp + g][lane].y;
+    t.z += part[warp + g][lane].z;
+    t.w += part[warp + g][lane].w;
+  }
+  v[0] = t.x;
+  v[1] = t.y;
+  v[2] = t.z;
+  v[3] = t.w;
+}
+
 // v: the summed column values in; Hadamard, scale, ⊙ svh, + bias out.
 __device__ __forceinline__ void finish(const GemvOutput& o, const ColumnScales& s, int64_t col0, int lane,
                                        float (&v)[wht128::kPerLane]) {

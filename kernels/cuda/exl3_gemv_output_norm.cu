@@ -140,14 +140,8 @@ __global__ void __launch_bounds__(kThreads)
   part[warp][lane] = slice_sum(o, args.m, args.slices, row, col0, group, groups);
   __syncthreads();
   if (group == 0) {
-    float4 t = part[warp][lane];
-    for (int g = 1; g < groups; ++g) {
-      t.x += part[warp + g][lane].x;
-      t.y += part[warp + g][lane].y;
-      t.z += part[warp + g][lane].z;
-      t.w += part[warp + g][lane].w;
-    }
-    float v[wht128::kPerLane] = {t.x, t.y, t.z, t.w};
+    float v[wht128::kPerLane];
+    sum_of_groups(part, warp, lane, groups, v);
     finish(o, scales, col0, lane, v);
     float* y = static_cast<float*>(o.y) + row * o.n + col0;
     float sum = 0.0f;
@@ -190,26 +184,11 @@ __global__ void __launch_bounds__(kThreads)
     gemv::transform_values(v, lane);
     uint32_t* staged = consumer_staged(hf, consumer);
     float* sides = reinterpret_cast<float*>(staged + hf.layout.staged_words);
-    const int64_t k_tiles = o.n / trellis::kTileSize;
-    const int64_t k_blocks = o.n / kBlock;
-    const int64_t at = row * k_blocks + block;
-    const int kk0 = wht128::kPerLane * lane;  // within the block
     if constexpr (kInt8) {
-      uint32_t* words = staged + (row * k_tiles + block * (kBlock / trellis::kTileSize)) * 16;
-      const gemv::Int8Block q = gemv::quantize_int8_block(v, lane, kk0, words);
-      if (lane == 0) {
-        sides[at] = q.scale * gemv::kMul1Inv;
-        sides[args.m * k_blocks + at] = q.scale * static_cast<float>(q.qsum);
-      }
+      gemv::store_int8_block(staged, sides, args.m, o.n, static_cast<int>(row), block, lane, v);
     } else {
-      constexpr int kTileWords = gemv::staged_words_per_tile(kDoubled);
-      uint32_t* tiles = staged + ((row / 16) * k_tiles + block * (kBlock / trellis::kTileSize)) * kTileWords;
-      float sum = gemv::put_staged_values<kDoubled>(tiles, static_cast<int>(row % 16), kk0, v);
-      if (hf.layout.row_sums) {
-#pragma unroll
-        for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
-        if (lane == 0) sides[at] = sum;
-      }
+      gemv::store_staged_block<kDoubled>(staged, hf.layout.row_sums ? sides : nullptr, o.n, static_cast<int>(row),
+                                         block, lane, v);
     }
   }
   // No block leaves while another may still read its block_squares.

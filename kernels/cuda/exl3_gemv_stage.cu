@@ -17,8 +17,6 @@
 namespace exl3::gemv {
 namespace {
 
-using trellis::kTileSize;
-
 constexpr int kStageWarps = 8;
 
 // Warp (problem, row, block) of the grid: row < 16 · m_blocks; rows >= m stage zeros.
@@ -42,14 +40,7 @@ __global__ void __launch_bounds__(kStageWarps * kWarpSize) gemv_stage_kernel(Gem
     linear_input_values(a.x, a.in_features, p.suh, row, block * wht128::kBlock + kk0, v);
     transform_values(v, lane);
   }
-  constexpr int kTileWords = staged_words_per_tile(kDoubled);
-  const int64_t k_tiles = a.k / kTileSize;
-  uint32_t* block_tiles = p.staged + ((row / 16) * k_tiles + block * (wht128::kBlock / kTileSize)) * kTileWords;
-  float sum = put_staged_values<kDoubled>(block_tiles, row % 16, kk0, v);
-  if (!a.row_sums || row >= a.m) return;
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
-  if (lane == 0) p.sums[row * k_blocks + block] = sum;
+  store_staged_block<kDoubled>(p.staged, a.row_sums && row < a.m ? p.sums : nullptr, a.k, row, block, lane, v);
 }
 
 }  // namespace

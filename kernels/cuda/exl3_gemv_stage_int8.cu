@@ -19,8 +19,6 @@
 namespace exl3::gemv {
 namespace {
 
-using trellis::kTileSize;
-
 constexpr int kStageWarps = 8;
 
 // Warp (problem, row < m, block) of the grid.
@@ -39,15 +37,7 @@ __global__ void __launch_bounds__(kStageWarps* kWarpSize) gemv_stage_int8_kernel
   float v[wht128::kPerLane];
   linear_input_values(a.x, a.in_features, p.suh, row, block * wht128::kBlock + wht128::kPerLane * lane, v);
   transform_values(v, lane);
-  const int64_t k_tiles = a.k / kTileSize;
-  // Row-relative inputs, with the row's words advanced to the block's first tile.
-  uint32_t* block_words = p.staged + (row * k_tiles + block * (wht128::kBlock / kTileSize)) * 16;
-  const Int8Block q = quantize_int8_block(v, lane, wht128::kPerLane * lane, block_words);
-  if (lane == 0) {
-    const int64_t at = row * k_blocks + block;
-    p.sums[at] = q.scale * kMul1Inv;
-    p.sums[a.m * k_blocks + at] = q.scale * static_cast<float>(q.qsum);
-  }
+  store_int8_block(p.staged, p.sums, a.m, a.k, row, block, lane, v);
 }
 
 }  // namespace
