@@ -3,8 +3,9 @@
 # accelerator (exl3-bench = the TMA tree, the int8 and the fp16 kernel, not kept: README.md;
 # exl3-bench-tma5 = the same with the int8 kernel at 5 resident blocks and 2 ring slots) against
 # base (3820f11). GPU tests of the TMA tree first; then the whole MUL1 linear (int8 and fp16
-# activations) at 1, 8 and 32 rows on the 8B's and 70B's matrices (and a wider n, for the fixed cost per launch), two rounds; 8B decode
-# with int8 auto (int8 to 8 rows, fp16 above), two rounds; 70B decode batch 1. Results under $OUT.
+# activations) at 1, 8 and 32 rows on the 8B's and 70B's matrices (and a wider n, for the fixed cost
+# per launch), two rounds; 8B decode with int8 auto (int8 to 8 rows, fp16 above), two rounds; 70B
+# decode batch 1. Results under $OUT.
 set -u
 B=/tmp/g/bin; S=$OUT/summary.txt; R=$OUT/r; mkdir -p $R
 export EXL3_TEST_SOURCE_DIR=$PWD EXL3_TEST_WORK_DIR=/tmp/work; mkdir -p /tmp/work
