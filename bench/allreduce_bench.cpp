@@ -32,6 +32,7 @@
 
 #include "kernels/cuda/cuda_check.cuh"
 #include "worker/comm/nccl_communicator.h"
+#include "worker/comm/p2p_all_reduce_communicator.h"
 #endif
 
 namespace exl3 {
@@ -45,6 +46,9 @@ constexpr const char* kBusbwFormula = "busbw = algbw * 2 * (n - 1) / n";
 constexpr const char* kNcclTimingNote =
     "host time until the NCCL communicator sees completion: it yields for 100 us, then polls with sleeps "
     "doubling from 20 us to 1 ms, so a time above 100 us may be over by up to its last sleep";
+constexpr const char* kGraphTimingNote =
+    "device time: each rank captures its timed all-reduces in one CUDA graph and times each launch with CUDA "
+    "events after a barrier; per all-reduce = launch time / all-reduces in the graph, the slowest rank's";
 
 absl::StatusOr<DType> parse_dtype(const std::string& name) {
   if (name == "f32") return DType::kF32;
@@ -121,7 +125,10 @@ absl::Status check_sums(DType dtype, int ranks, int rank, const std::vector<uint
 // ---- one rank -------------------------------------------------------------------------------------
 
 struct Plan {
-  bool nccl = false;
+  bool nccl = false;     // a device backend: nccl, or oneshot over nccl
+  bool oneshot = false;
+  bool graph = false;    // graph timing
+  int64_t oneshot_max_bytes = 0;
   int ranks = 1;
   DType dtype = DType::kF32;
   std::vector<int64_t> sizes;  // bytes
@@ -192,6 +199,50 @@ void clear(const Plan& plan, const RankPlace& place, Tensor& t) {
   std::memset(t.mutable_raw(), 0, t.nbytes());
 }
 
+#ifdef EXL3_HAVE_CUDA
+// Graph timing of one size: plan.iters all-reduces of `t` captured in one graph on the rank's
+// stream (the communicator only enqueues), launched once untimed, then kGraphLaunches times, each
+// after a barrier and timed by events; seconds gets each launch's time per all-reduce.
+absl::Status time_in_graph(Communicator& comm, const Plan& plan, const RankPlace& place, Tensor& t,
+                           std::vector<double>& seconds) {
+  const auto stream = static_cast<cudaStream_t>(place.stream);
+  cudaGraph_t graph = nullptr;
+  EXL3_CUDA_CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  absl::Status captured = absl::OkStatus();
+  for (int i = 0; i < plan.iters && captured.ok(); ++i) captured = comm.all_reduce_sum(t);
+  EXL3_CUDA_CHECK(cudaStreamEndCapture(stream, &graph));
+  std::unique_ptr<CUgraph_st, decltype(&cudaGraphDestroy)> graph_owner(graph, cudaGraphDestroy);
+  EXL3_RETURN_IF_ERROR(captured);
+  cudaGraphExec_t exec = nullptr;
+  EXL3_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+  std::unique_ptr<CUgraphExec_st, decltype(&cudaGraphExecDestroy)> exec_owner(exec, cudaGraphExecDestroy);
+  cudaEvent_t start = nullptr, end = nullptr;
+  EXL3_CUDA_CHECK(cudaEventCreate(&start));
+  EXL3_CUDA_CHECK(cudaEventCreate(&end));
+  absl::Status status = absl::OkStatus();
+  for (int launch = -1; launch < kGraphLaunches && status.ok(); ++launch) {
+    status = comm.barrier();
+    if (status.ok()) status = comm.flush();
+    if (!status.ok()) break;
+    EXL3_CUDA_CHECK(cudaEventRecord(start, stream));
+    EXL3_CUDA_CHECK(cudaGraphLaunch(exec, stream));
+    EXL3_CUDA_CHECK(cudaEventRecord(end, stream));
+    status = comm.flush();
+    if (!status.ok() || launch < 0) continue;  // launch -1 warms up
+    float ms = 0.0f;
+    EXL3_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
+    seconds.push_back(static_cast<double>(ms) / 1e3 / plan.iters);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(end);
+  return status;
+}
+#else
+absl::Status time_in_graph(Communicator&, const Plan&, const RankPlace&, Tensor&, std::vector<double>&) {
+  return absl::UnimplementedError("--timing graph: this build has no CUDA");
+}
+#endif
+
 // The sweep on one rank: seconds[s][i] is this rank's time of timed all-reduce i of size s. A
 // wrong sum does not stop the sweep (the other ranks would wait out their timeouts): it is
 // returned at the end.
@@ -206,6 +257,10 @@ absl::Status run_rank(Communicator& comm, const Plan& plan, const RankPlace& pla
     EXL3_RETURN_IF_ERROR(comm.all_reduce_sum(t));
     if (check.ok()) check = check_sums(plan.dtype, plan.ranks, place.rank, download(plan, place, t), n);
     clear(plan, place, t);
+    if (plan.graph) {
+      EXL3_RETURN_IF_ERROR(time_in_graph(comm, plan, place, t, seconds[s]));
+      continue;
+    }
     for (int i = 0; i < plan.warmup; ++i) EXL3_RETURN_IF_ERROR(comm.all_reduce_sum(t));
     seconds[s].resize(static_cast<size_t>(plan.iters));
     for (int i = 0; i < plan.iters; ++i) {
@@ -246,8 +301,20 @@ absl::Status nccl_rank(const Plan& plan, int rank, RendezvousStore& store,
     o.stream = stream;
     o.prefix = "allreduce_bench";
     o.timeout = kOpTimeout;
-    o.wait_each_op = true;
+    o.wait_each_op = !plan.graph;  // graph timing captures the calls: they must only enqueue
     absl::StatusOr<std::unique_ptr<Communicator>> comm = make_nccl_communicator(o, store);
+    if (comm.ok() && plan.oneshot) {
+      P2pAllReduceOptions po;
+      po.rank = rank;
+      po.world_size = plan.ranks;
+      po.device = rank;
+      po.stream = stream;
+      po.prefix = "allreduce_bench";
+      po.max_bytes = plan.oneshot_max_bytes;
+      po.timeout = kOpTimeout;
+      po.wait_each_op = !plan.graph;
+      comm = make_p2p_all_reduce_communicator(po, *std::move(comm), store);
+    }
     status = comm.ok() ? run_rank(**comm, plan, RankPlace{rank, stream}, seconds) : comm.status();
   }
   EXL3_CUDA_CHECK(cudaStreamDestroy(stream));
@@ -266,10 +333,26 @@ std::string cuda_device_name(int device) {
 
 absl::StatusOr<Plan> make_plan(const AllreduceBenchOptions& o) {
   Plan plan;
-  if (o.backend != "gloo" && o.backend != "nccl") {
-    return absl::InvalidArgumentError(absl::StrCat("--backend ", o.backend, ": expected gloo or nccl"));
+  if (o.backend != "gloo" && o.backend != "nccl" && o.backend != "oneshot") {
+    return absl::InvalidArgumentError(absl::StrCat("--backend ", o.backend, ": expected gloo, nccl or oneshot"));
   }
-  plan.nccl = o.backend == "nccl";
+  plan.oneshot = o.backend == "oneshot";
+  plan.nccl = o.backend == "nccl" || plan.oneshot;
+  if (o.timing != "host" && o.timing != "graph") {
+    return absl::InvalidArgumentError(absl::StrCat("--timing ", o.timing, ": expected host or graph"));
+  }
+  plan.graph = o.timing == "graph";
+  if (plan.graph && !plan.nccl) {
+    return absl::InvalidArgumentError("--timing graph: needs a device backend (--backend nccl or oneshot)");
+  }
+  if (plan.oneshot) {
+    absl::StatusOr<std::vector<int64_t>> max = parse_allreduce_sizes(o.oneshot_max);
+    if (!max.ok() || max->size() != 1 || (*max)[0] > (int64_t{64} << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat("--oneshot-max ", o.oneshot_max,
+                                                     ": expected one size up to 64M (bytes like 64K or 256K)"));
+    }
+    plan.oneshot_max_bytes = (*max)[0];
+  }
   if (o.ranks < 1 || o.ranks > kMaxRanks) {
     return absl::InvalidArgumentError(absl::StrCat("--ranks ", o.ranks, ": expected 1..", kMaxRanks));
   }
@@ -280,7 +363,10 @@ absl::StatusOr<Plan> make_plan(const AllreduceBenchOptions& o) {
   if (!plan.nccl && plan.dtype != DType::kF32) {
     return absl::InvalidArgumentError(absl::StrCat("--dtype ", o.dtype,
                                                    ": the gloo backend all-reduces host f32 only; use --backend "
-                                                   "nccl for f16 and bf16"));
+                                                   "nccl or oneshot for f16 and bf16"));
+  }
+  if (plan.oneshot && plan.ranks > 8) {
+    return absl::InvalidArgumentError(absl::StrCat("--backend oneshot with --ranks ", plan.ranks, ": at most 8"));
   }
   if (o.iters < 1) return absl::InvalidArgumentError(absl::StrCat("--iters ", o.iters, ": expected at least 1"));
   if (o.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup ", o.warmup, ": expected 0 or more"));
@@ -299,12 +385,13 @@ absl::StatusOr<Plan> make_plan(const AllreduceBenchOptions& o) {
 #ifdef EXL3_HAVE_CUDA
     const int devices = allreduce_bench_cuda_devices();
     if (devices < plan.ranks) {
-      return absl::FailedPreconditionError(absl::StrCat("--backend nccl with --ranks ", plan.ranks, " needs ",
+      return absl::FailedPreconditionError(absl::StrCat("--backend ", o.backend, " with --ranks ", plan.ranks, " needs ",
                                                         plan.ranks, " CUDA devices (rank r on GPU r); this machine has ",
                                                         devices));
     }
 #else
-    return absl::UnimplementedError("--backend nccl: this build has no CUDA (configure with -DEXL3_CUDA=ON)");
+    return absl::UnimplementedError(
+        absl::StrCat("--backend ", o.backend, ": this build has no CUDA (configure with -DEXL3_CUDA=ON)"));
 #endif
   }
   return plan;
@@ -400,17 +487,17 @@ absl::StatusOr<AllreduceBenchReport> run_allreduce_bench(const AllreduceBenchOpt
     AllreduceRow row;
     row.bytes = plan.sizes[s];
     row.elements = row.bytes / static_cast<int64_t>(dtype_size(plan.dtype));
+    row.path = !plan.nccl ? "gloo" : plan.oneshot && row.bytes <= plan.oneshot_max_bytes ? "oneshot" : "nccl";
     double sum = 0.0;
     double min = 0.0;
-    for (int i = 0; i < plan.iters; ++i) {
+    const size_t samples = seconds[0][s].size();  // iters, or graph launches: the same on every rank
+    for (size_t i = 0; i < samples; ++i) {
       double slowest = 0.0;
-      for (int r = 0; r < plan.ranks; ++r) {
-        slowest = std::max(slowest, seconds[static_cast<size_t>(r)][s][static_cast<size_t>(i)]);
-      }
+      for (int r = 0; r < plan.ranks; ++r) slowest = std::max(slowest, seconds[static_cast<size_t>(r)][s][i]);
       sum += slowest;
       min = i == 0 ? slowest : std::min(min, slowest);
     }
-    const double mean = sum / plan.iters;
+    const double mean = samples > 0 ? sum / static_cast<double>(samples) : 0.0;
     row.mean_us = mean * 1e6;
     row.min_us = min * 1e6;
     row.algbw_gbs = mean > 0.0 ? static_cast<double>(row.bytes) / mean / 1e9 : 0.0;
@@ -425,6 +512,7 @@ nlohmann::json allreduce_bench_json(const AllreduceBenchOptions& o, const Allred
   for (const AllreduceRow& r : report.rows) {
     rows.push_back({{"bytes", r.bytes},
                     {"elements", r.elements},
+                    {"path", r.path},
                     {"time_us_mean", r.mean_us},
                     {"time_us_min", r.min_us},
                     {"algbw_gbs", r.algbw_gbs},
@@ -438,11 +526,14 @@ nlohmann::json allreduce_bench_json(const AllreduceBenchOptions& o, const Allred
           {"devices", report.devices},
           {"iters", o.iters},
           {"warmup", o.warmup},
-          {"time", "per all-reduce, the slowest rank's, after a barrier; mean and min over iters"},
+          {"timing", o.timing},
+          {"oneshot_max", o.backend == "oneshot" ? o.oneshot_max : ""},
+          {"time", o.timing == "graph" ? "per all-reduce, the slowest rank's; mean and min over graph launches"
+                                       : "per all-reduce, the slowest rank's, after a barrier; mean and min over iters"},
           {"algbw_formula", "algbw = bytes / time_us_mean (GB/s = 1e9 bytes/s)"},
           {"busbw_formula", kBusbwFormula},
           {"busbw_factor", allreduce_bus_factor(o.ranks)},
-          {"timing_note", o.backend == "nccl" ? kNcclTimingNote : ""},
+          {"timing_note", o.timing == "graph" ? kGraphTimingNote : o.backend != "gloo" ? kNcclTimingNote : ""},
           {"rows", rows}};
 }
 
@@ -455,12 +546,16 @@ std::string allreduce_bench_markdown(const AllreduceBenchOptions& o, const Allre
                         "\nTime per all-reduce (the slowest rank's), %d timed after %d warm-up; algbw = bytes / mean "
                         "time; %s (nccl-tests PERFORMANCE.md; here %.4f); GB/s = 1e9 bytes/s.\n\n",
                         o.iters, o.warmup, kBusbwFormula, allreduce_bus_factor(o.ranks));
-  if (o.backend == "nccl") absl::StrAppend(&md, "Timing: ", kNcclTimingNote, ".\n\n");
-  md += "| bytes | elements | mean (us) | min (us) | algbw (GB/s) | busbw (GB/s) |\n";
-  md += "|------:|---------:|----------:|---------:|-------------:|-------------:|\n";
+  if (o.timing == "graph") {
+    absl::StrAppend(&md, "Timing: ", kGraphTimingNote, " (", kGraphLaunches, " launches).\n\n");
+  } else if (o.backend != "gloo") {
+    absl::StrAppend(&md, "Timing: ", kNcclTimingNote, ".\n\n");
+  }
+  md += "| bytes | elements | path | mean (us) | min (us) | algbw (GB/s) | busbw (GB/s) |\n";
+  md += "|------:|---------:|:-----|----------:|---------:|-------------:|-------------:|\n";
   for (const AllreduceRow& r : report.rows) {
-    absl::StrAppendFormat(&md, "| %d | %d | %.1f | %.1f | %.3f | %.3f |\n", r.bytes, r.elements, r.mean_us, r.min_us,
-                          r.algbw_gbs, r.busbw_gbs);
+    absl::StrAppendFormat(&md, "| %d | %d | %s | %.2f | %.2f | %.3f | %.3f |\n", r.bytes, r.elements, r.path,
+                          r.mean_us, r.min_us, r.algbw_gbs, r.busbw_gbs);
   }
   return md;
 }
@@ -481,9 +576,17 @@ void add_allreduce_subcommand(CLI::App& app, AllreduceBenchOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "allreduce",
       "All-reduce (sum) latency and bandwidth over a sweep of sizes between N rank threads: NCCL (rank r on GPU r) "
-      "or Gloo (host f32, loopback TCP). Sums checked exact once per size; algbw and busbw as nccl-tests defines "
-      "them.");
-  cmd->add_option("--backend", o.backend, "gloo or nccl")->capture_default_str();
+      "or Gloo (host f32, loopback TCP), or the one-shot P2P kernel (parts up to --oneshot-max, the rest NCCL). Sums "
+      "checked exact once per size; algbw and busbw as nccl-tests defines them.");
+  cmd->add_option("--backend", o.backend,
+                  "gloo, nccl or oneshot (the one-shot peer-to-peer kernel over NCCL, as --all-reduce oneshot runs)")
+      ->capture_default_str();
+  cmd->add_option("--timing", o.timing,
+                  "host (each all-reduce timed on the host) or graph (nccl/oneshot: --iters all-reduces in one CUDA "
+                  "graph per rank, timed with CUDA events over 5 launches, as decode steps run them)")
+      ->capture_default_str();
+  cmd->add_option("--oneshot-max", o.oneshot_max, "oneshot: the largest part in bytes that goes one-shot (K, M)")
+      ->capture_default_str();
   cmd->add_option("--ranks", o.ranks, "Ranks (threads; NCCL: GPUs 0..N-1), 1..64")->capture_default_str();
   cmd->add_option("--sizes", o.sizes, "Message sizes in bytes, comma-separated; K, M, G = 2^10, 2^20, 2^30")
       ->capture_default_str();

@@ -20,22 +20,32 @@ class App;
 namespace exl3 {
 
 struct AllreduceBenchOptions {
-  std::string backend = "gloo";                  // "gloo" or "nccl"
+  std::string backend = "gloo";                  // "gloo", "nccl" or "oneshot" (P2P kernel over NCCL)
   int ranks = 2;                                 // 1..64; NCCL needs this many CUDA devices
   std::string sizes = "1K,16K,64K,1M,16M,256M";  // message sizes in bytes (K, M, G = 2^10, 2^20, 2^30)
   std::string dtype = "f32";                     // f32, f16 or bf16 (Gloo: f32 only)
   int iters = 20;                                // timed all-reduces per size
   int warmup = 5;                                // untimed all-reduces per size before them
+  // "host": each all-reduce timed on the host until the communicator sees it done; "graph" (nccl,
+  // oneshot): `iters` all-reduces captured in one CUDA graph per rank, timed with CUDA events over
+  // kGraphLaunches launches (how a decode step issues them).
+  std::string timing = "host";
+  std::string oneshot_max = "256K";  // oneshot: parts up to this many bytes go one-shot, the rest NCCL
   std::string json_path;
   std::string markdown_path;
   std::vector<std::string> argv;  // the command line, for the report
 };
 
+// Graph timing: launches of each size's graph, each timed (mean and min over them).
+inline constexpr int kGraphLaunches = 5;
+
 // One size of the sweep. Times are per all-reduce: each iteration's time is the slowest rank's
-// (the collective is done when every rank is); mean and min over the timed iterations.
+// (the collective is done when every rank is); mean and min over the timed iterations (graph
+// timing: over the graph launches, each divided by the all-reduces it holds).
 struct AllreduceRow {
   int64_t bytes = 0;
   int64_t elements = 0;
+  std::string path;  // what ran it: "gloo", "nccl" or "oneshot"
   double mean_us = 0.0;
   double min_us = 0.0;
   double algbw_gbs = 0.0;  // bytes / mean time, GB/s (1e9 bytes)

@@ -58,6 +58,13 @@ Tensor rms_norm_ref(const Tensor& x, const Tensor& weight, float eps);
 // In-place x += y (same shape).
 void add_inplace_ref(Tensor& x, const Tensor& y);
 
+// The all-reduce sum of the one-shot kernel (kernels/cuda/oneshot_all_reduce.cu), element by
+// element in fp32 with the ranks in order (s = 0; s += parts[0]; s += parts[1]; ...), so that every
+// rank gets the same bits: out = s rounded to out's dtype, or with `accumulate` out = out + s
+// (one rounding). parts: host F32, F16 or BF16 tensors, one per rank, same dtype and element
+// count; out: host, that count, the parts' dtype or F32.
+void oneshot_all_reduce_ref(std::span<const Tensor> parts, Tensor& out, bool accumulate);
+
 // Rows of `table` (F32 [vocab, hidden]) for each id; ids are validated by the caller.
 Tensor embedding_ref(const Tensor& table, std::span<const int32_t> ids);
 

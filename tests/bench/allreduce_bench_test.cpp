@@ -111,6 +111,11 @@ TEST(AllreduceBench, RefusesBadFlagsByName) {
       {{"--backend", "mpi"}, "--backend mpi"},
       {{"--sizes", "6"}, "not a whole number of f32 elements"},
       {{"--iters", "0"}, "--iters 0"},
+      {{"--timing", "graph"}, "--timing graph: needs a device backend"},
+      {{"--timing", "sometimes"}, "--timing sometimes"},
+      {{"--backend", "oneshot", "--oneshot-max", "1Q"}, "--oneshot-max 1Q"},
+      {{"--backend", "oneshot", "--oneshot-max", "128M"}, "--oneshot-max 128M"},
+      {{"--backend", "oneshot", "--ranks", "9"}, "at most 8"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"allreduce"};
@@ -127,6 +132,11 @@ TEST(AllreduceBench, NcclWithoutEnoughGpusFailsClearly) {
   std::string err;
   EXPECT_EQ(run_bench({"allreduce", "--backend", "nccl", "--ranks", "2", "--sizes", "1K", "--iters", "1"}, &err), 1);
   EXPECT_TRUE(has(err, "--backend nccl")) << err;
+  EXPECT_TRUE(has(err, "CUDA")) << err;
+  err.clear();
+  EXPECT_EQ(run_bench({"allreduce", "--backend", "oneshot", "--ranks", "2", "--sizes", "1K", "--timing", "graph"}, &err),
+            1);
+  EXPECT_TRUE(has(err, "--backend oneshot")) << err;
   EXPECT_TRUE(has(err, "CUDA")) << err;
 }
 

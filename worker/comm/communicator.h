@@ -63,6 +63,22 @@ class Communicator {
     return recv(std::span<float>(t.mutable_data<float>(), t.numel()), src_rank);
   }
 
+  // residual += the sum over all ranks of `part`, as one collective (the all-reduce fused with the
+  // residual add) where fuses_residual_add says this communicator can; `part` may be left holding
+  // anything. Callers ask fuses_residual_add first and otherwise all-reduce `part` and add it
+  // themselves. The answer depends only on the tensors' device, dtypes and sizes, so every rank,
+  // asking with the same shapes, takes the same path.
+  virtual bool fuses_residual_add(const Tensor& part, const Tensor& residual) const {
+    (void)part;
+    (void)residual;
+    return false;
+  }
+  virtual absl::Status all_reduce_add(Tensor& part, Tensor& residual) {
+    (void)part;
+    (void)residual;
+    return absl::UnimplementedError("all_reduce_add: this communicator does not fuse the residual add");
+  }
+
   // Waits, within the communicator's deadline, until every collective issued so far is complete on
   // the device. A backend that returns from each call once it is queued (NCCL without
   // wait_each_op, so that a step has no host sync until its end) is flushed once per step, before

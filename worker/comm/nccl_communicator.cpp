@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/check.h"
 #include "worker/comm/collective_args.h"
+#include "worker/comm/scoped_device.h"
 
 namespace exl3 {
 
@@ -44,36 +45,6 @@ class Backoff {
  private:
   const Clock::time_point start_ = Clock::now();
   microseconds sleep_{20};
-};
-
-// Makes `device` current for a scope and restores the caller's device after it, so that a
-// communicator can be driven from a thread whose current device is another one.
-class ScopedDevice {
- public:
-  ScopedDevice() = default;
-  ScopedDevice(const ScopedDevice&) = delete;
-  ScopedDevice& operator=(const ScopedDevice&) = delete;
-  ~ScopedDevice() {
-    if (entered_ && previous_ != device_) cudaSetDevice(previous_);
-  }
-
-  absl::Status enter(int device) {
-    cudaError_t err = cudaGetDevice(&previous_);
-    if (err == cudaSuccess && previous_ != device) err = cudaSetDevice(device);
-    if (err != cudaSuccess) {
-      cudaGetLastError();
-      return absl::InternalError(
-          absl::StrCat("cannot make CUDA device ", device, " current: ", cudaGetErrorString(err)));
-    }
-    device_ = device;
-    entered_ = true;
-    return absl::OkStatus();
-  }
-
- private:
-  int previous_ = 0;
-  int device_ = 0;
-  bool entered_ = false;
 };
 
 std::optional<ncclDataType_t> nccl_type(DType dtype, bool allow_i32) {

@@ -24,6 +24,15 @@ absl::StatusOr<Tensor> load_vector(const SafetensorsCollection& t, const std::st
   return backend.prepare_tensor(w, DType::kF32, name);
 }
 
+// Tensor parallel: residual += the sum of every rank's `part`, in one collective where the
+// communicator fuses the add (the one-shot all-reduce), else an all-reduce and the backend's add.
+absl::Status add_all_ranks(Communicator& comm, Backend& be, Tensor& part, Tensor& residual) {
+  if (comm.fuses_residual_add(part, residual)) return comm.all_reduce_add(part, residual);
+  EXL3_RETURN_IF_ERROR(comm.all_reduce_sum(part));
+  be.add(residual, part);
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 // Sizes of one step: n tokens of s sequences with page tables of p pages, r logits rows.
@@ -316,10 +325,7 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, const DecoderLayer
     be.zero(proj);
   }
   // Tensor parallel: the residual takes the sum of every rank's part.
-  if (tensor_parallel) {
-    EXL3_RETURN_IF_ERROR(comm->all_reduce_sum(proj));
-    be.add(b.x, proj);
-  }
+  if (tensor_parallel) EXL3_RETURN_IF_ERROR(add_all_ranks(*comm, be, proj, b.x));
 
   const int64_t mlp = layer.gate.info().out_features;
   if (mlp > 0) {
@@ -342,10 +348,7 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, const DecoderLayer
   } else {
     be.zero(proj);
   }
-  if (tensor_parallel) {
-    EXL3_RETURN_IF_ERROR(comm->all_reduce_sum(proj));
-    be.add(b.x, proj);
-  }
+  if (tensor_parallel) EXL3_RETURN_IF_ERROR(add_all_ranks(*comm, be, proj, b.x));
   return absl::OkStatus();
 }
 
