@@ -237,11 +237,17 @@ int main(int argc, char** argv) {
   if (c.backend == exl3::BackendKind::kCuda) {
     devices = absl::StrCat(c.world_size, " GPU worker(s) on GPU(s) ", absl::StrJoin(o.gpus, ","), " (NCCL)");
   }
+  // CPU workers all-reduce through Gloo (a group of them refuses --all-reduce oneshot).
+  std::string all_reduce = exl3::all_reduce_mode_name(c.all_reduce);
+  if (c.backend == exl3::BackendKind::kCpu && c.all_reduce == exl3::AllReduceMode::kNccl) all_reduce = "gloo";
+  if (c.all_reduce == exl3::AllReduceMode::kOneshot) {
+    all_reduce = absl::StrCat(all_reduce, " (parts up to ", c.all_reduce_oneshot_max_kib, " KiB)");
+  }
   std::fprintf(stderr,
                "exl3-launch: model %s, %s, mode %s, max-seq-len %lld, max-batch %lld, cache-bits %s, int8-activations "
-               "%s\n",
+               "%s, all-reduce %s\n",
                c.model_dir.c_str(), devices.c_str(), mode.c_str(), static_cast<long long>(c.max_seq_len),
                static_cast<long long>(c.max_batch), exl3::kv_cache_bits_name(c.cache_bits).c_str(),
-               exl3::int8_activations_name(c.int8_activations).c_str());
+               exl3::int8_activations_name(c.int8_activations).c_str(), all_reduce.c_str());
   return exl3::run_launcher(o);
 }

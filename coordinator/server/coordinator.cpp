@@ -223,6 +223,8 @@ absl::Status Coordinator::start_serving() {
     l->set_cache_k_bits(options_.cache_bits.k);
     l->set_cache_v_bits(options_.cache_bits.v);
     l->set_int8_activations(int8_activations_name(options_.int8_activations));
+    l->set_all_reduce(all_reduce_mode_name(options_.all_reduce));
+    l->set_all_reduce_oneshot_max_kib(options_.all_reduce_oneshot_max_kib);
     if (draft_footprint_) {
       l->set_draft_model_dir(options_.draft_model_dir);
       l->set_draft_rank(draft_rank);

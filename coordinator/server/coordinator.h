@@ -23,6 +23,7 @@
 #include "coordinator/server/serving_loop.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "kernels/int8_activations.h"
+#include "worker/comm/all_reduce_mode.h"
 
 namespace exl3 {
 
@@ -58,6 +59,11 @@ struct CoordinatorOptions {
   // Int8 activations for the few-rows EXL3 matmuls (--int8-activations, kernels/int8_activations.h),
   // sent to every worker so that all ranks of the job compute alike.
   Int8Activations int8_activations = Int8Activations::kOff;
+  // How GPU workers all-reduce (--all-reduce, worker/comm/all_reduce_mode.h) and the largest part
+  // in KiB that goes one-shot (--all-reduce-oneshot-max-kib), sent to every worker; CPU workers
+  // refuse oneshot over more than one rank.
+  AllReduceMode all_reduce = AllReduceMode::kNccl;
+  int32_t all_reduce_oneshot_max_kib = kAllReduceOneshotDefaultMaxKib;
   int32_t prefill_chunk = 256;
   int32_t max_queue = 256;
   int32_t decode_steps = 1;

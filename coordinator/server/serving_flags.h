@@ -1,8 +1,9 @@
 // The flags that shape serving, shared by exl3-launch and exl3-coordinator: sequence length, batch
-// and KV cache sizes and widths, int8 activations, decode steps per command, the step pipeline,
-// speculative decoding and prefix reuse. add_serving_flags() declares them; after parsing,
-// apply_serving_flags() turns the text-valued ones into the coordinator's options (INVALID_ARGUMENT
-// naming the flag otherwise). Header-only: only the two mains use CLI11.
+// and KV cache sizes and widths, int8 activations, the GPU workers' all-reduce, decode steps per
+// command, the step pipeline, speculative decoding and prefix reuse. add_serving_flags() declares
+// them; after parsing, apply_serving_flags() turns the text-valued ones into the coordinator's
+// options and checks the ranges it owns (INVALID_ARGUMENT naming the flag otherwise). Header-only:
+// only the two mains use CLI11.
 #pragma once
 
 #include <string>
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "coordinator/server/coordinator.h"
 #include "kernels/int8_activations.h"
+#include "worker/comm/all_reduce_mode.h"
 #include "worker/kv_cache_bits.h"
 
 namespace exl3 {
@@ -18,6 +20,7 @@ namespace exl3 {
 struct ServingFlagText {
   std::string cache_bits = "16,16";
   std::string int8_activations = "off";
+  std::string all_reduce = "nccl";
 };
 
 inline void add_serving_flags(CLI::App& app, CoordinatorOptions& o, ServingFlagText& text) {
@@ -41,6 +44,9 @@ inline void add_serving_flags(CLI::App& app, CoordinatorOptions& o, ServingFlagT
       ->capture_default_str()->group(group);
   app.add_option("--int8-activations", text.int8_activations,
                  int8_activations_flag_help() + " (the coordinator sends it to every worker)")
+      ->capture_default_str()->group(group);
+  app.add_option("--all-reduce", text.all_reduce, all_reduce_flag_help())->capture_default_str()->group(group);
+  app.add_option("--all-reduce-oneshot-max-kib", o.all_reduce_oneshot_max_kib, all_reduce_oneshot_max_kib_flag_help())
       ->capture_default_str()->group(group);
   app.add_option("--decode-steps", o.decode_steps, "Decode iterations per worker command (fewer round trips)")
       ->capture_default_str()->group(group);
@@ -72,7 +78,10 @@ inline absl::Status apply_serving_flags(const ServingFlagText& text, Coordinator
   absl::StatusOr<Int8Activations> int8 = parse_int8_activations(text.int8_activations, "--int8-activations");
   if (!int8.ok()) return int8.status();
   o.int8_activations = *int8;
-  return absl::OkStatus();
+  absl::StatusOr<AllReduceMode> all_reduce = parse_all_reduce_mode(text.all_reduce, "--all-reduce");
+  if (!all_reduce.ok()) return all_reduce.status();
+  o.all_reduce = *all_reduce;
+  return validate_all_reduce_oneshot_max_kib(o.all_reduce_oneshot_max_kib, "--all-reduce-oneshot-max-kib");
 }
 
 }  // namespace exl3

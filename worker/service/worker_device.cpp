@@ -1,8 +1,9 @@
-// Worker device set-up: the CUDA backend and NCCL communicator of a GPU rank (EXL3_WORKER_CUDA
-// builds), or clear refusals in a CPU-only build.
+// Worker device set-up: the CUDA backend and NCCL communicator (and the one-shot all-reduce over
+// it) of a GPU rank (EXL3_WORKER_CUDA builds), or clear refusals in a CPU-only build.
 #include "worker/service/worker_device.h"
 
 #include <cstdlib>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -11,6 +12,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "worker/comm/nccl_communicator.h"
+#include "worker/comm/p2p_all_reduce_communicator.h"
 #endif
 
 namespace exl3 {
@@ -88,6 +90,24 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_rank_nccl_communicator(const 
   return make_nccl_communicator(o, store);
 }
 
+absl::StatusOr<std::unique_ptr<Communicator>> make_rank_oneshot_communicator(const RankNcclOptions& options,
+                                                                             int64_t max_bytes, Backend& backend,
+                                                                             std::unique_ptr<Communicator> nccl,
+                                                                             RendezvousStore& store) {
+  P2pAllReduceOptions o;
+  o.rank = options.rank;
+  o.world_size = options.world_size;
+  o.device = options.device;
+  o.stream = cuda_stream_of(backend);
+  o.prefix = options.prefix;
+  o.max_bytes = max_bytes;
+  o.timeout = options.timeout;
+  o.init_timeout = options.init_timeout;
+  // As with NCCL: calls return once queued and the model flushes once per step.
+  o.wait_each_op = false;
+  return make_p2p_all_reduce_communicator(o, std::move(nccl), store);
+}
+
 MeasuredDeviceMemory measure_cuda_memory(Backend& backend) {
   const DeviceMemoryReport r = device_memory_report(backend);
   MeasuredDeviceMemory m;
@@ -111,6 +131,12 @@ absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int, int, uint64
 
 absl::StatusOr<std::unique_ptr<Communicator>> make_rank_nccl_communicator(const RankNcclOptions&, Backend&,
                                                                           RendezvousStore&) {
+  return absl::FailedPreconditionError(kNoCudaMessage);
+}
+
+absl::StatusOr<std::unique_ptr<Communicator>> make_rank_oneshot_communicator(const RankNcclOptions&, int64_t,
+                                                                             Backend&, std::unique_ptr<Communicator>,
+                                                                             RendezvousStore&) {
   return absl::FailedPreconditionError(kNoCudaMessage);
 }
 

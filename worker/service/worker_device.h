@@ -1,7 +1,8 @@
 // The device side of a worker rank: whether this build has the CUDA backend, what a GPU worker
-// reports at registration, and (CUDA builds) the rank's CUDA backend, its NCCL communicator and
-// its measured device memory. In a build without CUDA every CUDA call returns FAILED_PRECONDITION
-// saying so, so a GPU worker asked of a CPU-only build fails clearly instead of falling back.
+// reports at registration, and (CUDA builds) the rank's CUDA backend, its NCCL communicator (with
+// the one-shot P2P all-reduce over it when the job asks) and its measured device memory. In a
+// build without CUDA every CUDA call returns FAILED_PRECONDITION saying so, so a GPU worker asked
+// of a CPU-only build fails clearly instead of falling back.
 #pragma once
 
 #include <chrono>
@@ -51,6 +52,14 @@ struct RankNcclOptions {
 // Joins the NCCL group on `backend`'s stream through `store`.
 absl::StatusOr<std::unique_ptr<Communicator>> make_rank_nccl_communicator(const RankNcclOptions& options,
                                                                           Backend& backend, RendezvousStore& store);
+// Wraps the rank's NCCL communicator `nccl` (from make_rank_nccl_communicator on the same backend)
+// in the one-shot P2P all-reduce (worker/comm/p2p_all_reduce_communicator.h): all-reduces of up to
+// `max_bytes` run as one kernel on `backend`'s stream, the rest through `nccl`. Same rank, world,
+// device, store prefix and deadlines as the NCCL group; calls return once queued, like NCCL's.
+absl::StatusOr<std::unique_ptr<Communicator>> make_rank_oneshot_communicator(const RankNcclOptions& options,
+                                                                             int64_t max_bytes, Backend& backend,
+                                                                             std::unique_ptr<Communicator> nccl,
+                                                                             RendezvousStore& store);
 
 // Device memory of a CUDA backend: driver view (used, total) and the backend's own count and cap.
 struct MeasuredDeviceMemory {

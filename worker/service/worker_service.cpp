@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/worker.grpc.pb.h"
+#include "worker/comm/all_reduce_mode.h"
 #include "worker/comm/cluster_secret.h"
 #include "worker/comm/gloo_communicator.h"
 #include "worker/comm/grpc_store.h"
@@ -189,6 +190,37 @@ class WorkerSession {
     return mode;
   }
 
+  // The job's all-reduce: LoadShard.all_reduce (empty = nccl) and, for oneshot, the largest part in
+  // KiB that goes one-shot (LoadShard.all_reduce_oneshot_max_kib, 0 = 256). A CPU worker of a group
+  // all-reduces through Gloo, so oneshot there is refused, never ignored.
+  struct JobAllReduce {
+    AllReduceMode mode = AllReduceMode::kNccl;
+    int32_t oneshot_max_kib = kAllReduceOneshotDefaultMaxKib;
+  };
+  absl::StatusOr<JobAllReduce> job_all_reduce(const pb::LoadShard& load) const {
+    JobAllReduce job;
+    if (!load.all_reduce().empty()) {
+      EXL3_ASSIGN_OR_RETURN(job.mode, parse_all_reduce_mode(load.all_reduce(), "LoadShard.all_reduce"));
+    }
+    if (load.all_reduce_oneshot_max_kib() != 0) {
+      EXL3_RETURN_IF_ERROR(validate_all_reduce_oneshot_max_kib(load.all_reduce_oneshot_max_kib(),
+                                                               "LoadShard.all_reduce_oneshot_max_kib"));
+      job.oneshot_max_kib = load.all_reduce_oneshot_max_kib();
+    }
+    if (job.mode == AllReduceMode::kOneshot && !cuda() && options_.world_size > 1) {
+      return absl::InvalidArgumentError("--all-reduce oneshot needs GPU workers (CPU workers all-reduce through Gloo)");
+    }
+    return job;
+  }
+
+  // How this rank all-reduces, for its "loading" line.
+  std::string all_reduce_description(const JobAllReduce& job) const {
+    if (options_.world_size == 1) return "none (one rank)";
+    if (!cuda()) return "gloo";
+    if (job.mode == AllReduceMode::kNccl) return "nccl";
+    return absl::StrCat("oneshot (parts up to ", job.oneshot_max_kib, " KiB; larger ones through NCCL)");
+  }
+
   absl::Status load(const pb::LoadShard& load, pb::LoadResult* out) {
     if (engine_) return absl::FailedPreconditionError("a shard is already loaded");
     const auto t0 = Clock::now();
@@ -204,6 +236,7 @@ class WorkerSession {
                                                      options_.backend, " worker (it uses ", comm_backend, ")"));
     }
     EXL3_ASSIGN_OR_RETURN(const Int8Activations int8_activations, job_int8_activations(load));
+    EXL3_ASSIGN_OR_RETURN(const JobAllReduce all_reduce, job_all_reduce(load));
     if (cuda()) {
       absl::StatusOr<std::shared_ptr<Backend>> backend = make_rank_cuda_backend(
           options_.rank, options_.device, static_cast<uint64_t>(load.device_cap_bytes()), int8_activations);
@@ -237,6 +270,17 @@ class WorkerSession {
                                                       " ranks (init timeout ", no.init_timeout.count(), " ms)"));
         }
         comm_ = *std::move(comm);
+        if (all_reduce.mode == AllReduceMode::kOneshot) {
+          absl::StatusOr<std::unique_ptr<Communicator>> oneshot = make_rank_oneshot_communicator(
+              no, int64_t{all_reduce.oneshot_max_kib} << 10, *backend_, std::move(comm_), *store_);
+          if (!oneshot.ok()) {
+            return annotate(oneshot.status(),
+                            absl::StrCat("setting up the one-shot all-reduce of ", options_.world_size,
+                                         " ranks (parts up to ", all_reduce.oneshot_max_kib, " KiB, init timeout ",
+                                         no.init_timeout.count(), " ms; --all-reduce nccl avoids it)"));
+          }
+          comm_ = *std::move(oneshot);
+        }
       } else {
         GlooOptions go;
         go.rank = options_.rank;
@@ -255,10 +299,11 @@ class WorkerSession {
       EXL3_RETURN_IF_ERROR(annotate(backend_->reserve_pool(pool), "reserving the weights and KV cache pool"));
     }
     const std::string model_dir = options_.model_dir.empty() ? load.model_dir() : options_.model_dir;
-    std::fprintf(stderr, "exl3-worker rank %d: loading %s (layers %lld-%lld) on %s, int8 activations %s\n",
+    std::fprintf(stderr,
+                 "exl3-worker rank %d: loading %s (layers %lld-%lld) on %s, int8 activations %s, all-reduce %s\n",
                  options_.rank, model_dir.c_str(), static_cast<long long>(shard.first_layer),
                  static_cast<long long>(shard.end_layer) - 1, backend_->description().c_str(),
-                 int8_activations_name(int8_activations).c_str());
+                 int8_activations_name(int8_activations).c_str(), all_reduce_description(all_reduce).c_str());
     EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model, LlamaModel::load_shard(model_dir, shard, backend_));
     EngineOptions eo;
     eo.num_pages = load.num_pages();

@@ -3,7 +3,9 @@
 // steps until told to shut down. Any broken link (coordinator gone, peer gone, deadline) ends the
 // worker with an error so the launcher can tear the group down. A CPU worker computes on the CPU
 // backend and joins a Gloo group; a CUDA worker on the CUDA backend of its device and joins an
-// NCCL group: the LoadShard's comm backend must match ("gloo" or "nccl"), never a fallback.
+// NCCL group (wrapped in the one-shot P2P all-reduce when LoadShard.all_reduce says oneshot): the
+// LoadShard's comm backend must match ("gloo" or "nccl"), never a fallback, and a CPU worker of a
+// group refuses oneshot.
 #pragma once
 
 #include <chrono>
