@@ -36,6 +36,9 @@ struct ClusterCase {
   // Every worker loads its own copy of the model (exl3-worker --model, as on another host) while
   // the coordinator sends a path that does not exist.
   bool own_copies = false;
+  // LoadShard.all_reduce and .all_reduce_oneshot_max_kib (empty / 0: the workers' defaults).
+  const char* all_reduce = "";
+  int32_t all_reduce_oneshot_max_kib = 0;
 };
 
 // A copy of the model directory for one worker: a directory of symlinks to the model's files.
@@ -149,6 +152,8 @@ inline void cluster_logits(const ClusterCase& c, const ClusterRun& run,
     l->set_store_prefix(std::string("test-") + c.name);
     l->set_collective_timeout_ms(run.collective_timeout_ms);
     l->set_comm_host("127.0.0.1");
+    l->set_all_reduce(c.all_reduce);
+    l->set_all_reduce_oneshot_max_kib(c.all_reduce_oneshot_max_kib);
   }
   auto loaded = group->call(loads, std::chrono::seconds(120));
   ASSERT_TRUE(loaded.ok()) << loaded.status();

@@ -1,6 +1,7 @@
-// Sharded logits through real CUDA worker processes, one per GPU, all-reducing through NCCL:
-// tensor parallel (even and 1:3 caps) and layer mode must equal the whole model on one GPU
-// (mean KL <= 1e-4) and meet ExLlamaV3's logits (mean KL <= 1e-3, top-1 >= 99%).
+// Sharded logits through real CUDA worker processes, one per GPU, all-reducing through NCCL or
+// the one-shot P2P all-reduce (--all-reduce oneshot): tensor parallel (even and 1:3 caps) and
+// layer mode must equal the whole model on one GPU (mean KL <= 1e-4) and meet ExLlamaV3's logits
+// (mean KL <= 1e-3, top-1 >= 99%).
 #include <cuda_runtime.h>
 
 #include "integration/sharded_cluster.h"
@@ -34,7 +35,11 @@ TEST_P(ShardedLogitsGpu, MatchOneGpuAndExLlamaV3) {
 INSTANTIATE_TEST_SUITE_P(Modes, ShardedLogitsGpu,
                          ::testing::Values(ClusterCase{"tp2", PlanMode::kTensorParallel, {20.0, 20.0}},
                                            ClusterCase{"tp2_uneven_1_3", PlanMode::kTensorParallel, {20.0, 60.0}},
-                                           ClusterCase{"layers2", PlanMode::kLayers, {20.0, 24.0}}),
+                                           ClusterCase{"layers2", PlanMode::kLayers, {20.0, 24.0}},
+                                           // Every all-reduce of the prompts one-shot (parts up to 4 MiB)
+                                           // over CUDA IPC between the worker processes.
+                                           ClusterCase{"tp2_oneshot", PlanMode::kTensorParallel, {20.0, 20.0}, false,
+                                                       "oneshot", 4096}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
