@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/oneshot_all_reduce_lines.h"
 
 namespace exl3 {
 namespace {
@@ -437,6 +438,14 @@ CudaRankReserve cuda_rank_reserve(const ModelConfig& c, const RankShape& rank, c
   r.context = kCudaOverheads.context_bytes;
   r.nccl = rank.world_size > 1 ? kCudaOverheads.nccl_bytes : 0;
   return r;
+}
+
+uint64_t cuda_oneshot_all_reduce_bytes(int world_size, int64_t max_bytes) {
+  if (world_size < 2 || max_bytes <= 0) return 0;
+  constexpr uint64_t kGranule = uint64_t{2} << 20;
+  const auto granules = [](uint64_t bytes) { return (bytes + kGranule - 1) / kGranule * kGranule; };
+  return granules(static_cast<uint64_t>(oneshot::buffer_bytes(world_size, max_bytes))) +
+         granules(sizeof(oneshot::State));
 }
 
 RankShape widest_rank_shape(const ModelConfig& c, bool tensor_parallel, int world_size) {

@@ -224,10 +224,18 @@ struct CudaRankReserve {
   uint64_t allocator_fixed = 0;  // cuBLAS workspace + bookkeeping (through the allocator)
   uint64_t context = 0;     // CUDA context (outside the allocator)
   uint64_t nccl = 0;        // NCCL buffers (outside the allocator; 0 for a world of one)
-  uint64_t total() const { return workspace + scratch + engine + sampler + allocator_fixed + context + nccl; }
-  uint64_t outside_allocator() const { return context + nccl; }
+  uint64_t oneshot = 0;     // the one-shot all-reduce's receive buffer and call state (cudaMalloc'd
+                            // outside the allocator; 0 unless --all-reduce oneshot over several ranks)
+  uint64_t total() const {
+    return workspace + scratch + engine + sampler + allocator_fixed + context + nccl + oneshot;
+  }
+  uint64_t outside_allocator() const { return context + nccl + oneshot; }
 };
 CudaRankReserve cuda_rank_reserve(const ModelConfig& config, const RankShape& rank, const StepShape& step);
+// Device memory of the one-shot all-reduce of one rank for parts up to `max_bytes` (0: none):
+// its receive buffer (oneshot::buffer_bytes) and call state, each a cudaMalloc rounded up to the
+// driver's 2 MiB granularity.
+uint64_t cuda_oneshot_all_reduce_bytes(int world_size, int64_t max_bytes);
 // What the CUDA backend's reserve_sampling(rows, vocab, history) plus the engine's sampled ids and
 // logprob rows take (mirrors kernels/cuda/sample.cu's scratch layout and
 // sizeof(DeviceSampleRow) == 88).

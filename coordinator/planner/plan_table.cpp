@@ -197,7 +197,10 @@ std::string format_plan_table(const ModelFootprint& fp, const std::vector<RankPl
                     " tokens per step): forward ", format_bytes(r.workspace), ", scratch ", format_bytes(r.scratch),
                     ", RoPE ", format_bytes(r.engine), ", sampler ", format_bytes(r.sampler), ", cuBLAS ", format_bytes(r.allocator_fixed),
                     ", CUDA context ", format_bytes(r.context), ", NCCL ", format_bytes(r.nccl),
-                    " (context and NCCL are estimates outside the worker's allocator)\n");
+                    r.oneshot > 0 ? absl::StrCat(", one-shot all-reduce ", format_bytes(r.oneshot)) : "",
+                    r.oneshot > 0 ? " (context, NCCL and the one-shot buffers are outside the worker's allocator; "
+                                    "context and NCCL are estimates)\n"
+                                  : " (context and NCCL are estimates outside the worker's allocator)\n");
   }
   for (const std::string& note : fp.notes) absl::StrAppend(&out, "note: ", note, "\n");
   return out;

@@ -534,7 +534,9 @@ StepShape PlannerOptions::step_shape() const {
 CudaRankReserve cuda_plan_reserve(const ModelFootprint& fp, const PlannerOptions& options) {
   const int world = static_cast<int>(options.caps.size());
   const RankShape widest = widest_rank_shape(fp.config, options.mode == PlanMode::kTensorParallel, world);
-  return cuda_rank_reserve(fp.config, widest, options.step_shape());
+  CudaRankReserve r = cuda_rank_reserve(fp.config, widest, options.step_shape());
+  r.oneshot = cuda_oneshot_all_reduce_bytes(world, options.oneshot_all_reduce_max_bytes);
+  return r;
 }
 
 uint64_t rank_reserve_bytes(const ModelFootprint& fp, const PlannerOptions& options) {

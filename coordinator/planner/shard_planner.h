@@ -72,6 +72,9 @@ struct PlannerOptions {
   // footprint's cache_bits and its own workspace; that rank plans the model within its cap less
   // those bytes, which its plan then counts as workspace.
   const ModelFootprint* draft = nullptr;
+  // --all-reduce oneshot: the largest part that goes one-shot, in bytes; each CUDA rank of a world
+  // of several then holds cuda_oneshot_all_reduce_bytes besides NCCL's buffers. 0 = NCCL alone.
+  int64_t oneshot_all_reduce_max_bytes = 0;
   // Pages to price: plan_shards sets it on the options of each attempt; by hand, to price a given
   // cache (price_rank uses the plan's num_pages). 0 = wanted_pages().
   int64_t pages = 0;

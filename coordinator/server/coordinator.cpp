@@ -56,6 +56,9 @@ PlannerOptions Coordinator::planner_options(const std::vector<uint64_t>& caps) c
   p.page_size = options_.page_size;
   p.step_tokens = std::max<int64_t>(options_.prefill_chunk, options_.max_batch * decode_tokens_per_step());
   p.requested_cache_tokens = options_.cache_tokens;
+  if (options_.all_reduce == AllReduceMode::kOneshot) {
+    p.oneshot_all_reduce_max_bytes = int64_t{options_.all_reduce_oneshot_max_kib} << 10;
+  }
   if (draft_footprint_) {
     p.logit_rows_per_seq = decode_tokens_per_step();
     p.draft = &*draft_footprint_;

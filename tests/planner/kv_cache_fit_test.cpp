@@ -332,7 +332,27 @@ TEST_F(PlannerCacheFit70b, NcclBuffersOnlyInAGroup) {
   for (const CudaRankReserve* r : {&one, &two, &layers}) {
     EXPECT_EQ(r->context, uint64_t{600} << 20);
     EXPECT_EQ(r->outside_allocator(), r->context + r->nccl);
+    EXPECT_EQ(r->oneshot, 0u);  // NCCL alone unless the one-shot all-reduce is asked for
   }
+}
+
+// --all-reduce oneshot: each rank of a group holds the receive buffer (2 parities x world x
+// 2 x max bytes of lines) and the call state, each rounded up to 2 MiB, outside the allocator.
+TEST_F(PlannerCacheFit70b, OneshotAllReduceBuffersArePricedInAGroup) {
+  EXPECT_EQ(cuda_oneshot_all_reduce_bytes(1, 256 << 10), 0u);
+  EXPECT_EQ(cuda_oneshot_all_reduce_bytes(2, 0), 0u);
+  EXPECT_EQ(cuda_oneshot_all_reduce_bytes(2, 256 << 10), uint64_t{4} << 20);   // 2 MiB buffer + state
+  EXPECT_EQ(cuda_oneshot_all_reduce_bytes(8, 64 << 20), (uint64_t{2} << 30) + (uint64_t{2} << 20));
+  PlannerOptions two = options(PlanMode::kTensorParallel, {20, 24});
+  const CudaRankReserve nccl = cuda_plan_reserve(*fp_, two);
+  two.oneshot_all_reduce_max_bytes = 4 << 20;
+  const CudaRankReserve oneshot = cuda_plan_reserve(*fp_, two);
+  EXPECT_EQ(oneshot.oneshot, (uint64_t{32} << 20) + (uint64_t{2} << 20));
+  EXPECT_EQ(oneshot.total(), nccl.total() + oneshot.oneshot);
+  EXPECT_EQ(oneshot.outside_allocator(), oneshot.context + oneshot.nccl + oneshot.oneshot);
+  PlannerOptions one = options(PlanMode::kTensorParallel, {40});
+  one.oneshot_all_reduce_max_bytes = 4 << 20;
+  EXPECT_EQ(cuda_plan_reserve(*fp_, one).oneshot, 0u);
 }
 
 }  // namespace

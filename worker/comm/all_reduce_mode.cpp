@@ -39,8 +39,8 @@ std::string all_reduce_oneshot_max_kib_flag_help() {
   return absl::StrCat(
       "with --all-reduce oneshot: the largest all-reduce part, in KiB, that goes one-shot (",
       kAllReduceOneshotMinKib, "..", kAllReduceOneshotMaxKib, "); larger parts go through NCCL. Each GPU worker "
-      "allocates a receive buffer of 4 x workers x this much, which the plan does not price beyond the margin of its "
-      "NCCL estimate (the default takes 8 MiB at 8 workers)");
+      "allocates a receive buffer of 4 x workers x this much (8 MiB at the default with 8 workers), which the plan "
+      "prices");
 }
 
 }  // namespace exl3
