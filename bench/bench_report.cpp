@@ -151,16 +151,39 @@ json model_bench_json(const ModelBenchResult& r) {
   return out;
 }
 
+namespace {
+
+// "- ranks: ..." for a run over several ranks (empty for one): mode, devices, caps, all-reduce,
+// and what the roofline's bandwidth is.
+std::string ranks_line(const json& env) {
+  const int ranks = env.value("ranks", 1);
+  if (ranks <= 1) return "";
+  std::string line = absl::StrCat("- ranks: ", ranks, ", ", env.value("mode", std::string("tp")) == "tp"
+                                                                ? "tensor parallel"
+                                                                : "layer split");
+  if (env.contains("devices")) absl::StrAppend(&line, ", devices ", env.at("devices").dump());
+  if (env.contains("split_gib") && !env.at("split_gib").empty()) {
+    absl::StrAppend(&line, ", split ", env.at("split_gib").dump(), " GiB");
+  }
+  if (env.contains("all_reduce")) absl::StrAppend(&line, ", all-reduce ", env.at("all_reduce").get<std::string>());
+  absl::StrAppend(&line, "; times are rank 0's; roofline against ",
+                  absl::StrFormat("%.1f", env.value("roofline_bandwidth_gbs", 0.0)), " GB/s\n");
+  return line;
+}
+
+}  // namespace
+
 std::string model_bench_markdown(const ModelBenchResult& r) {
   const ModelBenchModelInfo& m = r.model;
   std::string s = absl::StrFormat(
       "# exl3-bench model: %s\n\n"
       "- backend: %s\n- model: %s, %d layers, hidden %d, intermediate %d, heads %d/%d, head_dim %d, vocab %d, "
       "%.3f bpw, %.3f GB stored, %.3f GB held by the backend\n"
-      "- copy bandwidth: %.1f GB/s (bytes read + written)\n- step graphs: %s\n- commit %s, %s\n\n",
+      "- copy bandwidth: %.1f GB/s (bytes read + written)\n- step graphs: %s\n%s- commit %s, %s\n\n",
       m.name, r.backend_description, m.architecture, m.num_layers, m.hidden_size, m.intermediate_size, m.num_heads,
       m.num_kv_heads, m.head_dim, m.vocab_size, m.decoder_bpw, m.stored_bytes / 1e9, m.weight_bytes / 1e9,
-      r.copy_bandwidth_gbs, r.environment.value("step_graphs", std::string("off")), bench_git_commit(),
+      r.copy_bandwidth_gbs, r.environment.value("step_graphs", std::string("off")), ranks_line(r.environment),
+      bench_git_commit(),
       r.environment.value("date", std::string("unknown")));
   s += "## Prefill\n\n| tokens | ms | tokens/s |\n|---:|---:|---:|\n";
   for (const PrefillRow& p : r.prefill) {

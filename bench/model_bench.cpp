@@ -8,12 +8,17 @@
 #include <cstring>
 #include <filesystem>
 #include <memory>
+#include <thread>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_report.h"
+#include "bench/model_bench_ranks.h"
 #include "kernels/check.h"
+#include "worker/comm/all_reduce_mode.h"
+#include "worker/comm/in_memory_store.h"
 #include "worker/engine.h"
 #include "worker/loader/safetensors.h"
 #include "worker/model/config.h"
@@ -22,8 +27,6 @@
 
 #ifdef EXL3_HAVE_CUDA
 #include <cuda_runtime.h>
-
-#include "kernels/cuda/cuda_backend.h"
 #endif
 
 namespace exl3 {
@@ -100,24 +103,6 @@ absl::StatusOr<double> cuda_copy_bandwidth_gbs(int device) {
 }
 #endif
 
-absl::StatusOr<std::shared_ptr<Backend>> make_backend(const ModelBenchOptions& o) {
-  EXL3_ASSIGN_OR_RETURN(const Int8Activations int8, parse_int8_activations(o.int8_activations, "--int8-activations"));
-  if (o.backend == "cpu") {
-    CpuBackendOptions cpu;
-    cpu.int8_activations = int8;
-    return std::shared_ptr<Backend>(make_cpu_backend(cpu));
-  }
-#ifdef EXL3_HAVE_CUDA
-  CudaBackendOptions cuda;
-  cuda.device = o.device;
-  cuda.int8_activations = int8;
-  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, make_cuda_backend(cuda));
-  return std::shared_ptr<Backend>(std::move(be));
-#else
-  return absl::UnimplementedError("--backend cuda: this exl3-bench was built without CUDA (configure with EXL3_CUDA=ON)");
-#endif
-}
-
 // Sum of k·n over the EXL3 linears (every `*.trellis`, shape (k/16, n/16, 16K)).
 absl::StatusOr<uint64_t> count_exl3_weights(const std::string& model_dir) {
   EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(model_dir));
@@ -193,8 +178,9 @@ absl::StatusOr<PrefillRow> bench_prefill(Engine& engine, const ModelBenchOptions
   return row;
 }
 
-absl::StatusOr<DecodeRow> bench_decode(Engine& engine, const ModelBenchOptions& o, int64_t batch,
-                                       const ModelBenchModelInfo& info, double copy_gbs, uint64_t& next_id) {
+// The timing and KV figures of one decode row; the roofline (weights over every rank) comes later
+// (add_roofline).
+absl::StatusOr<DecodeRow> bench_decode(Engine& engine, const ModelBenchOptions& o, int64_t batch, uint64_t& next_id) {
   const ModelConfig& c = engine.model().config();
   const uint64_t kv_element = dtype_size(engine.model().backend().kv_dtype());
   const int64_t positions = o.decode_prompt + o.warmup + o.decode_steps;
@@ -246,12 +232,82 @@ absl::StatusOr<DecodeRow> bench_decode(Engine& engine, const ModelBenchOptions& 
   const double step_s = total / o.decode_steps;
   row.step_ms = step_s * 1e3;
   row.tokens_per_s = step_s > 0.0 ? batch / step_s : 0.0;
-  row.weight_bytes = info.weight_bytes;
   row.kv_bytes = kv_total / static_cast<uint64_t>(o.decode_steps);
-  row.gbs = step_s > 0.0 ? static_cast<double>(row.weight_bytes + row.kv_bytes) / step_s / 1e9 : 0.0;
-  row.copy_fraction = copy_gbs > 0.0 ? row.gbs / copy_gbs : 0.0;
-  if (batch == 1 && row.step_ms > 0.0) row.exl3_weights_per_ms = static_cast<double>(info.exl3_weights) / row.step_ms;
   return row;
+}
+
+// Bytes read per step (the weights every rank holds, the KV cache) over the step time, against
+// `bandwidth_gbs` (the copy bandwidth of all the ranks' devices together).
+void add_roofline(DecodeRow& row, const ModelBenchModelInfo& info, double bandwidth_gbs) {
+  const double step_s = row.step_ms / 1e3;
+  row.weight_bytes = info.weight_bytes;
+  row.gbs = step_s > 0.0 ? static_cast<double>(row.weight_bytes + row.kv_bytes) / step_s / 1e9 : 0.0;
+  row.copy_fraction = bandwidth_gbs > 0.0 ? row.gbs / bandwidth_gbs : 0.0;
+  if (row.batch == 1 && row.step_ms > 0.0) {
+    row.exl3_weights_per_ms = static_cast<double>(info.exl3_weights) / row.step_ms;
+  }
+}
+
+// What one rank measured and holds.
+struct RankOutcome {
+  absl::Status status;
+  std::string backend_description;
+  uint64_t stored_bytes = 0;
+  uint64_t weight_bytes = 0;
+  double decoder_bpw = 0.0;
+  std::vector<PrefillRow> prefill;
+  std::vector<DecodeRow> decode;
+  int64_t graph_captures = 0;
+  int64_t graph_replays = 0;
+};
+
+// One rank's whole run: backend, communicator, its shard, an engine, then every measurement in
+// the same order as every other rank (their collectives keep them in step). Rank 0 logs.
+void run_rank(const ModelBenchOptions& o, int rank, const ModelShard& shard, const EngineOptions& eo,
+              RendezvousStore& store, RankOutcome& out) {
+  ModelBenchOptions ro = o;
+  if (rank != 0) ro.log = nullptr;
+  const auto fail = [&](const absl::Status& status) {
+    out.status = o.ranks == 1 ? status
+                              : absl::Status(status.code(), absl::StrCat("rank ", rank, ": ", status.message()));
+  };
+  absl::StatusOr<std::shared_ptr<Backend>> backend = make_bench_backend(ro, rank);
+  if (!backend.ok()) return fail(backend.status());
+  out.backend_description = (*backend)->description();
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = make_bench_communicator(ro, rank, **backend, store);
+  if (!comm.ok()) return fail(comm.status());
+  logf(ro, absl::StrCat("loading ", o.model_dir, o.ranks > 1 ? absl::StrCat(" (rank 0 of ", o.ranks, ")") : "",
+                        " on ", out.backend_description));
+  const Clock::time_point load_t0 = Clock::now();
+  absl::StatusOr<std::unique_ptr<LlamaModel>> model = LlamaModel::load_shard(o.model_dir, shard, *backend);
+  if (!model.ok()) return fail(model.status());
+  out.decoder_bpw = (*model)->decoder_bits_per_weight();
+  out.stored_bytes = (*model)->stored_bytes();
+  out.weight_bytes = (*model)->allocated_bytes();
+  logf(ro, absl::StrFormat("loaded in %.1f s: %.3f GB held by the backend, %.3f bpw", seconds_since(load_t0),
+                           out.weight_bytes / 1e9, out.decoder_bpw));
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::create(*std::move(model), eo, comm->get());
+  if (!engine.ok()) return fail(engine.status());
+  logf(ro, absl::StrFormat("KV cache %.3f GB (%d pages of %d)", (*engine)->cache_bytes() / 1e9, eo.num_pages,
+                           eo.page_size));
+  uint64_t next_id = 1;
+  for (int64_t length : o.prefill) {
+    absl::StatusOr<PrefillRow> row = bench_prefill(**engine, o, length, next_id);
+    if (!row.ok()) return fail(row.status());
+    logf(ro, absl::StrFormat("prefill %6d tokens: %9.2f ms, %10.1f tokens/s", row->tokens, row->seconds * 1e3,
+                             row->tokens_per_s));
+    out.prefill.push_back(*row);
+  }
+  for (int64_t batch : o.batch) {
+    absl::StatusOr<DecodeRow> row = bench_decode(**engine, o, batch, next_id);
+    if (!row.ok()) return fail(row.status());
+    logf(ro, absl::StrFormat("decode batch %3d: %8.3f ms/step, %10.1f tokens/s", row->batch, row->step_ms,
+                             row->tokens_per_s));
+    out.decode.push_back(*row);
+  }
+  // What the decode steps actually replayed (0 on the CPU backend or with --step-graphs off).
+  out.graph_captures = (*engine)->model().step_graph_count();
+  out.graph_replays = (*engine)->model().graph_replays();
 }
 
 }  // namespace
@@ -283,33 +339,75 @@ absl::Status validate_model_bench_options(const ModelBenchOptions& o) {
   if (o.prefill_repeats < 1) return absl::InvalidArgumentError("--prefill-repeats must be >= 1");
   if (o.decode_prompt < 1) return absl::InvalidArgumentError("--decode-prompt must be >= 1");
   if (o.page_size < 1) return absl::InvalidArgumentError("--page-size must be >= 1");
-  return absl::OkStatus();
+  return validate_bench_ranks(o);
 }
 
 absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
   EXL3_RETURN_IF_ERROR(validate_model_bench_options(o));
   ModelBenchResult result;
-  result.environment = capture_environment(o.backend, o.device, o.argv);
+  const int device0 = bench_rank_device(o, 0);
+  result.environment = capture_environment(o.backend, device0, o.argv);
   result.environment["step_graphs"] = o.step_graphs ? "on" : "off";
   result.environment["int8_activations"] = o.int8_activations;
+  result.environment["ranks"] = o.ranks;
+  if (o.ranks > 1) {
+    result.environment["mode"] = o.mode;
+    result.environment["split_gib"] = o.split;
+    if (o.backend == "cuda") {
+      std::vector<int> devices;
+      for (int r = 0; r < o.ranks; ++r) devices.push_back(bench_rank_device(o, r));
+      result.environment["devices"] = devices;
+      result.environment["all_reduce"] = o.all_reduce;
+      if (o.all_reduce == "oneshot") result.environment["all_reduce_oneshot_max_kib"] = o.all_reduce_oneshot_max_kib;
+    }
+  }
 
-  // Copy bandwidth first, while the device memory is still free.
+  // Copy bandwidth first, while the device memory is still free (rank 0's device; GPU ranks are
+  // taken to be alike).
   if (o.backend == "cuda") {
 #ifdef EXL3_HAVE_CUDA
-    EXL3_ASSIGN_OR_RETURN(result.copy_bandwidth_gbs, cuda_copy_bandwidth_gbs(o.device));
+    EXL3_ASSIGN_OR_RETURN(result.copy_bandwidth_gbs, cuda_copy_bandwidth_gbs(device0));
 #endif
   } else {
     result.copy_bandwidth_gbs = cpu_copy_bandwidth_gbs();
   }
   logf(o, absl::StrFormat("copy bandwidth %.1f GB/s (read + written)", result.copy_bandwidth_gbs));
 
-  EXL3_ASSIGN_OR_RETURN(std::shared_ptr<Backend> backend, make_backend(o));
-  result.backend_description = backend->description();
   EXL3_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(o.model_dir));
-  logf(o, absl::StrCat("loading ", o.model_dir, " on ", result.backend_description));
-  const Clock::time_point load_t0 = Clock::now();
-  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<LlamaModel> model,
-                        LlamaModel::load_shard(o.model_dir, ModelShard::full(config), backend));
+  // One engine per rank for every measurement, sized for the largest of them.
+  const int64_t max_prefill = o.prefill.empty() ? 1 : *std::max_element(o.prefill.begin(), o.prefill.end());
+  const int64_t max_batch = o.batch.empty() ? 1 : *std::max_element(o.batch.begin(), o.batch.end());
+  const int64_t decode_positions = o.decode_prompt + o.warmup + o.decode_steps;
+  const int64_t decode_pages = max_batch * ceil_div(decode_positions, o.page_size);
+  EngineOptions eo;
+  eo.page_size = o.page_size;
+  eo.num_pages = std::max(ceil_div(max_prefill, o.page_size), decode_pages);
+  eo.max_step_tokens = std::max(max_prefill, max_batch * o.decode_prompt);
+  eo.max_seqs = max_batch;
+  eo.max_logit_rows = max_batch;
+  eo.step_graphs = o.step_graphs;
+  EXL3_ASSIGN_OR_RETURN(const std::vector<ModelShard> shards,
+                        plan_bench_shards(o, config, eo, std::max(max_prefill, decode_positions)));
+  if (o.ranks > 1) {
+    logf(o, absl::StrCat(o.ranks, " ranks, ", o.mode == "tp" ? "tensor parallel" : "layer split",
+                         o.backend == "cuda" ? absl::StrCat(", all-reduce ", o.all_reduce) : ", Gloo"));
+  }
+
+  std::vector<RankOutcome> outcomes(static_cast<size_t>(o.ranks));
+  InMemoryStore store;
+  if (o.ranks == 1) {
+    run_rank(o, 0, shards[0], eo, store, outcomes[0]);
+  } else {
+    std::vector<std::thread> threads;
+    for (int r = 0; r < o.ranks; ++r) {
+      threads.emplace_back(
+          [&, r] { run_rank(o, r, shards[static_cast<size_t>(r)], eo, store, outcomes[static_cast<size_t>(r)]); });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  for (const RankOutcome& out : outcomes) EXL3_RETURN_IF_ERROR(out.status);
+
+  const RankOutcome& first = outcomes[0];
   ModelBenchModelInfo& info = result.model;
   info.name = fs::path(o.model_dir).lexically_normal().filename().string();
   if (info.name.empty()) info.name = fs::path(o.model_dir).lexically_normal().parent_path().filename().string();
@@ -321,46 +419,30 @@ absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
   info.num_kv_heads = config.num_kv_heads;
   info.head_dim = config.head_dim;
   info.vocab_size = config.vocab_size;
-  info.decoder_bpw = model->decoder_bits_per_weight();
-  info.stored_bytes = model->stored_bytes();
-  info.weight_bytes = model->allocated_bytes();
-  EXL3_ASSIGN_OR_RETURN(info.exl3_weights, count_exl3_weights(o.model_dir));
-  logf(o, absl::StrFormat("loaded in %.1f s: %.3f GB held by the backend, %.3f bpw", seconds_since(load_t0),
-                          info.weight_bytes / 1e9, info.decoder_bpw));
-
-  // One engine for every measurement, sized for the largest of them.
-  const int64_t max_prefill = o.prefill.empty() ? 1 : *std::max_element(o.prefill.begin(), o.prefill.end());
-  const int64_t max_batch = o.batch.empty() ? 1 : *std::max_element(o.batch.begin(), o.batch.end());
-  const int64_t decode_pages = max_batch * ceil_div(o.decode_prompt + o.warmup + o.decode_steps, o.page_size);
-  EngineOptions eo;
-  eo.page_size = o.page_size;
-  eo.num_pages = std::max(ceil_div(max_prefill, o.page_size), decode_pages);
-  eo.max_step_tokens = std::max(max_prefill, max_batch * o.decode_prompt);
-  eo.max_seqs = max_batch;
-  eo.max_logit_rows = max_batch;
-  eo.step_graphs = o.step_graphs;
-  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<Engine> engine, Engine::create(std::move(model), eo, nullptr));
-  logf(o, absl::StrFormat("KV cache %.3f GB (%d pages of %d)", engine->cache_bytes() / 1e9, eo.num_pages, eo.page_size));
-
-  uint64_t next_id = 1;
-  for (int64_t length : o.prefill) {
-    EXL3_ASSIGN_OR_RETURN(PrefillRow row, bench_prefill(*engine, o, length, next_id));
-    logf(o, absl::StrFormat("prefill %6d tokens: %9.2f ms, %10.1f tokens/s", row.tokens, row.seconds * 1e3,
-                            row.tokens_per_s));
-    result.prefill.push_back(row);
+  info.decoder_bpw = first.decoder_bpw;
+  for (const RankOutcome& out : outcomes) {
+    info.stored_bytes += out.stored_bytes;
+    info.weight_bytes += out.weight_bytes;
   }
-  for (int64_t batch : o.batch) {
-    EXL3_ASSIGN_OR_RETURN(DecodeRow row, bench_decode(*engine, o, batch, info, result.copy_bandwidth_gbs, next_id));
-    logf(o, absl::StrFormat("decode batch %3d: %8.3f ms/step, %10.1f tokens/s, %7.1f GB/s (%.1f%% of copy)",
-                            row.batch, row.step_ms, row.tokens_per_s, row.gbs, 100.0 * row.copy_fraction));
+  EXL3_ASSIGN_OR_RETURN(info.exl3_weights, count_exl3_weights(o.model_dir));
+  result.backend_description = first.backend_description;
+  if (o.ranks > 1) absl::StrAppend(&result.backend_description, " on each of ", o.ranks, " ranks");
+  // GPU ranks read their weights each at its own device's bandwidth; CPU ranks share the host's.
+  const double bandwidth = result.copy_bandwidth_gbs * (o.backend == "cuda" ? o.ranks : 1);
+  result.environment["roofline_bandwidth_gbs"] = bandwidth;
+
+  // Rank 0's times: the collectives of every step keep the ranks in step.
+  result.prefill = first.prefill;
+  for (DecodeRow row : first.decode) {
+    add_roofline(row, info, bandwidth);
+    logf(o, absl::StrFormat("roofline batch %3d: %7.1f GB/s, %.1f%% of copy%s", row.batch, row.gbs,
+                            100.0 * row.copy_fraction, o.ranks > 1 && o.backend == "cuda" ? " x ranks" : ""));
     result.decode.push_back(row);
   }
-
-  // What the decode steps actually replayed (0 on the CPU backend or with --step-graphs off).
-  result.environment["step_graph_captures"] = engine->model().step_graph_count();
-  result.environment["step_graph_replays"] = engine->model().graph_replays();
+  result.environment["step_graph_captures"] = first.graph_captures;
+  result.environment["step_graph_replays"] = first.graph_replays;
   logf(o, absl::StrFormat("step graphs %s: %d captured, %d replays", o.step_graphs ? "on" : "off",
-                          engine->model().step_graph_count(), engine->model().graph_replays()));
+                          first.graph_captures, first.graph_replays));
 
   if (!o.json_path.empty()) {
     EXL3_RETURN_IF_ERROR(write_report_file(o.json_path, model_bench_json(result).dump(2) + "\n"));
@@ -376,9 +458,9 @@ absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
 void add_model_bench_command(CLI::App& app, ModelBenchOptions& o) {
   CLI::App* cmd = app.add_subcommand(
       "model",
-      "Load a whole model on one device and measure prefill tokens/s per prompt length and decode tokens/s per "
-      "batch size (greedy), with a memory roofline per decode row against a copy bandwidth measured in the same "
-      "run.");
+      "Load a model on one device, or sharded over --ranks ranks (tensor parallel or a layer split), and measure "
+      "prefill tokens/s per prompt length and decode tokens/s per batch size (greedy), with a memory roofline per "
+      "decode row against a copy bandwidth measured in the same run (times the GPU count for GPU ranks).");
   cmd->add_option("--model", o.model_dir, "EXL3 model directory (config.json + safetensors)")->required();
   cmd->add_option("--backend", o.backend, "cpu or cuda")->capture_default_str();
   cmd->add_option("--device", o.device, "CUDA device index")->capture_default_str();
@@ -401,6 +483,22 @@ void add_model_bench_command(CLI::App& app, ModelBenchOptions& o) {
          "on: decode steps replay one CUDA graph per batch size and page bucket (CUDA backend); off: launch every op")
       ->check(CLI::IsMember({"on", "off"}))
       ->default_str("on");
+  cmd->add_option("--ranks", o.ranks,
+                  "Ranks, as threads of this process: 1 runs the whole model on --device; more shard it with the "
+                  "real planner (--mode, --split) over Gloo (cpu) or NCCL (cuda, one GPU per rank) and time rank 0, "
+                  "the collectives keeping the ranks in step")
+      ->capture_default_str();
+  cmd->add_option("--devices", o.devices, "CUDA device of each rank, comma-separated (default 0 .. ranks-1)")
+      ->delimiter(',');
+  cmd->add_option("--split", o.split,
+                  "Planner caps per rank in GiB, comma-separated, as exl3-launch --split (default: equal caps, an "
+                  "even split)")
+      ->delimiter(',');
+  cmd->add_option("--mode", o.mode, "With several ranks: tp (tensor parallel) or layers (layer split)")
+      ->capture_default_str();
+  cmd->add_option("--all-reduce", o.all_reduce, all_reduce_flag_help())->capture_default_str();
+  cmd->add_option("--all-reduce-oneshot-max-kib", o.all_reduce_oneshot_max_kib, all_reduce_oneshot_max_kib_flag_help())
+      ->capture_default_str();
   cmd->add_option("--json", o.json_path, "Write the results as JSON here");
   cmd->add_option("--markdown", o.markdown_path, "Write the results as markdown tables here");
   cmd->callback([&o]() {

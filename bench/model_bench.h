@@ -1,8 +1,9 @@
-// exl3-bench model: loads a whole model on one device (CPU or CUDA backend) and measures prefill
-// tokens/s per prompt length and decode tokens/s per batch size through the Engine (greedy
-// sampling on the backend), with a memory roofline per decode row: bytes read per step (weights
-// held by the backend plus the KV cache read by attention) against a copy bandwidth measured in the
-// same run.
+// exl3-bench model: loads a model on one device (CPU or CUDA backend), or sharded over several
+// ranks as threads of this process (tensor parallel or a layer split, planned by the real planner,
+// over Gloo or NCCL), and measures prefill tokens/s per prompt length and decode tokens/s per batch
+// size through the Engine (greedy sampling on the backend), with a memory roofline per decode row:
+// bytes read per step (weights held by the backends plus the KV cache read by attention) against a
+// copy bandwidth measured in the same run (times the GPU count when the ranks are GPUs).
 #pragma once
 
 #include <cstdint>
@@ -33,6 +34,13 @@ struct ModelBenchOptions {
   int64_t page_size = 256;                      // KV cache page size
   bool step_graphs = true;                      // decode steps replay CUDA graphs (EngineOptions::step_graphs)
   std::string int8_activations = "off";         // --int8-activations off|auto|on (kernels/int8_activations.h)
+  // Several ranks: threads of this process, each with its backend, communicator and shard.
+  int ranks = 1;                                // 1 = the whole model on `device`
+  std::vector<int> devices;                     // CUDA device of each rank (empty: 0 .. ranks - 1)
+  std::vector<double> split;                    // planner caps per rank, GiB (empty: equal, an even split)
+  std::string mode = "tp";                      // tp | layers
+  std::string all_reduce = "nccl";              // nccl | oneshot (CUDA ranks)
+  int all_reduce_oneshot_max_kib = 256;         // oneshot: the largest part that goes one-shot
   std::string json_path;                        // empty = no JSON file
   std::string markdown_path;                    // empty = no markdown file
   std::vector<std::string> argv;                // the command line, recorded in the environment
@@ -45,8 +53,9 @@ struct ModelBenchModelInfo {
   int64_t hidden_size = 0, intermediate_size = 0, num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0,
           vocab_size = 0;
   double decoder_bpw = 0.0;          // mean K of the EXL3 decoder linears (0: unquantized)
-  uint64_t stored_bytes = 0;         // bytes of the stored tensors
-  uint64_t weight_bytes = 0;         // bytes the backend holds for weights (host embedding excluded)
+  uint64_t stored_bytes = 0;         // bytes of the stored tensors (summed over ranks)
+  uint64_t weight_bytes = 0;         // bytes the backends hold for weights (host embedding excluded;
+                                     // summed over ranks, replicated tensors once per rank)
   uint64_t exl3_weights = 0;         // sum of k·n over the EXL3 linears (decoder and head)
 };
 
@@ -70,7 +79,7 @@ struct DecodeRow {
 };
 
 struct ModelBenchResult {
-  nlohmann::json environment;
+  nlohmann::json environment;  // also: ranks, mode, devices, split, all_reduce
   ModelBenchModelInfo model;
   std::string backend_description;
   double copy_bandwidth_gbs = 0.0;     // bytes read + written per second, 1e9

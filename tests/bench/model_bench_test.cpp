@@ -1,6 +1,7 @@
 // exl3-bench model on the CPU backend with the embedded 4.0 bpw model and tiny settings: the JSON
 // report parses with every field present, throughputs are positive and finite, roofline figures
-// are sane, the markdown has one row per measurement; bad flags fail with clear messages.
+// are sane, the markdown has one row per measurement; several CPU ranks (tensor parallel, layer
+// split) run and report; bad flags fail with clear messages.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -120,6 +121,84 @@ TEST(ModelBench, CpuTinyRunWritesJsonAndMarkdown) {
   const std::string md = read_text(md_path);
   EXPECT_EQ(table_rows(md, "## Prefill"), 1) << md;
   EXPECT_EQ(table_rows(md, "## Decode"), 2) << md;
+}
+
+// Runs the tiny model with `extra` flags and returns the JSON report (empty on failure).
+json tiny_run(const std::string& tag, const std::vector<std::string>& extra, std::string* md = nullptr) {
+  fs::create_directories(work_path("model_bench"));
+  const std::string json_path = work_path("model_bench/" + tag + ".json");
+  const std::string md_path = work_path("model_bench/" + tag + ".md");
+  fs::remove(json_path);
+  std::vector<std::string> args = {"model", "--model", model_dir(), "--backend", "cpu", "--prefill", "16", "--batch",
+                                   "1,2", "--decode-steps", "2", "--warmup", "1", "--prefill-repeats", "1",
+                                   "--decode-prompt", "8", "--page-size", "16", "--json", json_path,
+                                   "--markdown", md_path};
+  args.insert(args.end(), extra.begin(), extra.end());
+  auto [rc, err] = run_cli(args);
+  EXPECT_EQ(rc, 0) << err;
+  if (rc != 0) return json();
+  if (md != nullptr) *md = read_text(md_path);
+  std::ifstream in(json_path);
+  return json::parse(in);
+}
+
+// Two CPU ranks over Gloo, tensor parallel (even) and a layer split (uneven caps): the report
+// says so, sums the ranks' weights (tp replicates the embedding and norms, a layer split holds
+// each tensor once) and has every row.
+TEST(ModelBench, CpuRanksRunTensorParallelAndLayerSplit) {
+  const json one = tiny_run("ranks1", {});
+  std::string md;
+  const json tp = tiny_run("tp2", {"--ranks", "2"}, &md);
+  const json layers = tiny_run("layers2", {"--ranks", "2", "--mode", "layers", "--split", "1,3"});
+  ASSERT_FALSE(one.is_null() || tp.is_null() || layers.is_null());
+  EXPECT_EQ(one.at("environment").at("ranks"), 1);
+  EXPECT_FALSE(one.at("environment").contains("mode"));
+  EXPECT_EQ(tp.at("environment").at("ranks"), 2);
+  EXPECT_EQ(tp.at("environment").at("mode"), "tp");
+  EXPECT_EQ(layers.at("environment").at("mode"), "layers");
+  EXPECT_EQ(layers.at("environment").at("split_gib"), json::array({1.0, 3.0}));
+  const uint64_t single = one.at("model").at("weight_bytes").get<uint64_t>();
+  const uint64_t tp_bytes = tp.at("model").at("weight_bytes").get<uint64_t>();
+  EXPECT_GT(tp_bytes, single);
+  EXPECT_LT(tp_bytes, 2 * single);
+  EXPECT_EQ(layers.at("model").at("weight_bytes").get<uint64_t>(), single);
+  for (const json* j : {&tp, &layers}) {
+    ASSERT_EQ(j->at("prefill").size(), 1u);
+    EXPECT_TRUE(positive_finite(j->at("prefill")[0].at("tokens_per_s")));
+    ASSERT_EQ(j->at("decode").size(), 2u);
+    for (const json& d : j->at("decode")) {
+      EXPECT_TRUE(positive_finite(d.at("tokens_per_s"))) << d;
+      EXPECT_EQ(d.at("weight_bytes"), j->at("model").at("weight_bytes"));
+      EXPECT_EQ(d.at("kv_bytes"), one.at("decode")[d.at("batch").get<int>() - 1].at("kv_bytes"));
+    }
+  }
+  EXPECT_NE(md.find("- ranks: 2, tensor parallel"), std::string::npos) << md;
+  EXPECT_EQ(table_rows(md, "## Decode"), 2) << md;
+}
+
+TEST(ModelBench, BadRankFlagsAreRefusedByName) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{"--ranks", "0"}, "--ranks: 0"},
+      {{"--ranks", "2", "--split", "1"}, "--split: 1 caps for --ranks 2"},
+      {{"--ranks", "2", "--split", "1,-1"}, "--split: cap -1"},
+      {{"--ranks", "2", "--mode", "pipeline"}, "--mode: 'pipeline'"},
+      {{"--ranks", "2", "--devices", "0,1"}, "--devices: only with --backend cuda"},
+      {{"--ranks", "2", "--all-reduce", "ring"}, "--all-reduce"},
+      {{"--ranks", "2", "--all-reduce", "oneshot"}, "--all-reduce oneshot needs --backend cuda"},
+      {{"--ranks", "2", "--split", "0.001,0.001"}, "planning 2 ranks (--mode tp, --split 0.001,0.001)"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args = {"model", "--model", model_dir(), "--backend", "cpu", "--prefill", "16",
+                                     "--batch", "1"};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    auto [rc, err] = run_cli(args);
+    EXPECT_NE(rc, 0) << c.message;
+    EXPECT_NE(err.find(c.message), std::string::npos) << "want \"" << c.message << "\" in: " << err;
+  }
 }
 
 TEST(ModelBench, UnknownBackendIsRefused) {

@@ -2,10 +2,10 @@
 # Session 14, prepared for a two-GPU machine (not run: no device was lent this session). The one-shot
 # P2P all-reduce: its GPU tests (one GPU: the kernel with ranks as streams, the communicator over
 # Gloo; two GPUs: over NCCL, graphs), the NCCL and step-graph multi-GPU tests, then the all-reduce
-# sweep in CUDA graphs (f16, NCCL vs one-shot, 2K-1M), then serve on the 70B shape (2048-token
-# prompt, 64 tokens, one client): one GPU, two GPUs TP over NCCL, two GPUs TP with --all-reduce
-# oneshot (time to first token = prefill, inter-token p50 = decode: target 4 of issue 7). Results
-# under $OUT. Needs the bundle's exl3-bench, exl3-launch, exl3-coordinator, exl3-worker and tests.
+# sweep in CUDA graphs (f16, NCCL vs one-shot, 2K-1M), then the 70B shape in model mode (rank
+# threads, no gRPC: prefill 2048, decode batch 1/4/32) and through serve (2048-token prompt, 64
+# tokens, one client), each on one GPU, two GPUs TP over NCCL and two GPUs TP with the one-shot
+# all-reduce (target 4 of issue 7: decode and prefill ratios). Results under $OUT. Needs the bundle's exl3-bench, exl3-launch, exl3-coordinator, exl3-worker and tests.
 set -u
 B=/tmp/g/bin; S=$OUT/summary.txt; R=$OUT/r; mkdir -p $R
 export PATH=$B:$PATH EXL3_TEST_SOURCE_DIR=$PWD EXL3_TEST_WORK_DIR=/tmp/work NCCL_NVLS_ENABLE=0; mkdir -p /tmp/work
@@ -24,6 +24,15 @@ for be in nccl oneshot; do
 done
 M70=/tmp/m70
 $B/exl3-bench make-model --shape llama-3.1-70b --out $M70 > $R/make-70b.log 2>&1; echo "make 70b rc $?" >> $S
+model() {  # tag args: prefill 2048 and decode batch 1, 4, 32 in model mode (no gRPC), rank 0's times
+  timeout 300 $B/exl3-bench model --model $M70 --backend cuda --prefill 2048 --prefill-repeats 2 --batch 1,4,32 \
+    --decode-steps 16 --int8-activations auto $2 --json $R/model-70b-$1.json --markdown $R/model-70b-$1.md \
+    > $R/model-70b-$1.log 2>&1
+  echo "model 70b $1 rc $?" >> $S; grep -E 'prefill |decode batch' $R/model-70b-$1.log | sed "s/^/  $1 /" >> $S
+}
+model 1gpu "--ranks 1"
+model tp2-nccl "--ranks 2 --all-reduce nccl"
+model tp2-oneshot "--ranks 2 --all-reduce oneshot"
 serve() {  # tag launch-args
   timeout 240 $B/exl3-bench serve --launch "--model $M70 $2 --max-seq-len 4096 --int8-activations auto" \
     --clients 1 --max-new-tokens 64 --prompt-tokens 2048 --json $R/serve-70b-$1.json --markdown $R/serve-70b-$1.md \
