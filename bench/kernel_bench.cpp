@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "bench/bench_backend.h"
 #include "bench/bench_report.h"
 #include "kernels/backend.h"
 #include "worker/kv_cache_bits.h"
@@ -22,33 +23,11 @@
 #include "worker/model/llama_model.h"
 #include "worker/model/model_shard.h"
 
-#ifdef EXL3_HAVE_CUDA
-#include "kernels/cuda/cuda_backend.h"
-#endif
 
 namespace exl3 {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-absl::StatusOr<std::shared_ptr<Backend>> make_backend(const KernelBenchOptions& o) {
-  EXL3_ASSIGN_OR_RETURN(const Int8Activations int8, parse_int8_activations(o.int8_activations, "--int8-activations"));
-  if (o.backend == "cpu") {
-    CpuBackendOptions cpu;
-    cpu.int8_activations = int8;
-    return std::shared_ptr<Backend>(make_cpu_backend(cpu));
-  }
-#ifdef EXL3_HAVE_CUDA
-  CudaBackendOptions cuda;
-  cuda.device = o.device;
-  cuda.int8_activations = int8;
-  absl::StatusOr<std::unique_ptr<Backend>> backend = make_cuda_backend(cuda);
-  if (!backend.ok()) return backend.status();
-  return std::shared_ptr<Backend>(std::move(*backend));
-#else
-  return absl::UnimplementedError("--backend cuda: this exl3-bench was built without CUDA");
-#endif
-}
 
 absl::Status validate(const KernelBenchOptions& o) {
   if (o.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
@@ -428,7 +407,7 @@ std::optional<double> OpTiming::weights_per_ms() const {
 
 absl::StatusOr<KernelBenchReport> run_kernel_bench(const KernelBenchOptions& o) {
   if (absl::Status st = validate(o); !st.ok()) return st;
-  absl::StatusOr<std::shared_ptr<Backend>> backend = make_backend(o);
+  absl::StatusOr<std::shared_ptr<Backend>> backend = make_bench_backend(o.backend, o.device, o.int8_activations);
   if (!backend.ok()) return backend.status();
   absl::StatusOr<std::string> timing = resolve_timing(o, **backend);
   if (!timing.ok()) return timing.status();

@@ -271,7 +271,7 @@ void run_rank(const ModelBenchOptions& o, int rank, const ModelShard& shard, con
     out.status = o.ranks == 1 ? status
                               : absl::Status(status.code(), absl::StrCat("rank ", rank, ": ", status.message()));
   };
-  absl::StatusOr<std::shared_ptr<Backend>> backend = make_bench_backend(ro, rank);
+  absl::StatusOr<std::shared_ptr<Backend>> backend = make_rank_backend(ro, rank);
   if (!backend.ok()) return fail(backend.status());
   out.backend_description = (*backend)->description();
   absl::StatusOr<std::unique_ptr<Communicator>> comm = make_bench_communicator(ro, rank, **backend, store);

@@ -7,11 +7,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "bench/bench_backend.h"
 #include "coordinator/planner/byte_units.h"
 #include "coordinator/planner/model_footprint.h"
 #include "coordinator/planner/rank_shard.h"
 #include "coordinator/planner/shard_planner.h"
-#include "kernels/int8_activations.h"
 #include "worker/comm/all_reduce_mode.h"
 #include "worker/loader/safetensors.h"
 
@@ -103,24 +103,9 @@ absl::StatusOr<std::vector<ModelShard>> plan_bench_shards(const ModelBenchOption
   return shards;
 }
 
-absl::StatusOr<std::shared_ptr<Backend>> make_bench_backend(const ModelBenchOptions& o, int rank) {
-  EXL3_ASSIGN_OR_RETURN(const Int8Activations int8, parse_int8_activations(o.int8_activations, "--int8-activations"));
-  if (o.backend == "cpu") {
-    CpuBackendOptions cpu;
-    cpu.int8_activations = int8;
-    return std::shared_ptr<Backend>(make_cpu_backend(cpu));
-  }
-#ifdef EXL3_HAVE_CUDA
-  CudaBackendOptions cuda;
-  cuda.device = bench_rank_device(o, rank);
-  cuda.int8_activations = int8;
-  if (o.ranks > 1) cuda.label = absl::StrCat("rank ", rank);
-  EXL3_ASSIGN_OR_RETURN(std::unique_ptr<Backend> be, make_cuda_backend(cuda));
-  return std::shared_ptr<Backend>(std::move(be));
-#else
-  (void)rank;
-  return absl::UnimplementedError("--backend cuda: this exl3-bench was built without CUDA (configure with EXL3_CUDA=ON)");
-#endif
+absl::StatusOr<std::shared_ptr<Backend>> make_rank_backend(const ModelBenchOptions& o, int rank) {
+  return make_bench_backend(o.backend, bench_rank_device(o, rank), o.int8_activations,
+                            o.ranks > 1 ? absl::StrCat("rank ", rank) : "");
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> make_bench_communicator(const ModelBenchOptions& o, int rank,

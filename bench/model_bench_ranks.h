@@ -30,8 +30,8 @@ int bench_rank_device(const ModelBenchOptions& o, int rank);
 absl::StatusOr<std::vector<ModelShard>> plan_bench_shards(const ModelBenchOptions& o, const ModelConfig& config,
                                                           const EngineOptions& engine, int64_t longest_sequence);
 
-// Rank `rank`'s backend: the CPU backend, or CUDA on bench_rank_device.
-absl::StatusOr<std::shared_ptr<Backend>> make_bench_backend(const ModelBenchOptions& o, int rank);
+// Rank `rank`'s backend: the CPU backend, or CUDA on bench_rank_device (make_bench_backend).
+absl::StatusOr<std::shared_ptr<Backend>> make_rank_backend(const ModelBenchOptions& o, int rank);
 
 // Rank `rank`'s communicator through `store` (null for one rank): Gloo on loopback between CPU
 // ranks; NCCL on the backend's stream between GPU ranks (collectives only enqueued, flushed once a

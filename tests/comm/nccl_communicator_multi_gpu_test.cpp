@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "comm/rank_threads.h"
+#include "common/cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/fp16.h"
@@ -40,18 +41,11 @@ constexpr double kSlackSeconds = 2.0;
 // Ranks in the multi-rank cases: every visible GPU, up to 8.
 constexpr int kMaxWorld = 8;
 
-int device_count() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return devices;
-}
+using testing::cuda_device_count;
 
 #define EXL3_REQUIRE_GPUS(n)                                                              \
   do {                                                                                    \
-    const int exl3_devices_ = device_count();                                             \
+    const int exl3_devices_ = cuda_device_count();                                        \
     if (exl3_devices_ < (n)) {                                                            \
       GTEST_SKIP() << "needs " << (n) << " CUDA devices, this machine has " << exl3_devices_; \
     }                                                                                     \
@@ -226,7 +220,7 @@ void run_ranks(int world, std::chrono::milliseconds timeout,
   for (std::thread& t : threads) t.join();
 }
 
-int multi_world() { return std::min(device_count(), kMaxWorld); }
+int multi_world() { return std::min(cuda_device_count(), kMaxWorld); }
 
 // ---- world of one (one GPU) ---------------------------------------------------------------------
 
@@ -313,7 +307,7 @@ TEST(NcclCommunicator, RefusesBadOptions) {
   EXPECT_EQ(make_nccl_communicator(options, store).status().code(),
             absl::StatusCode::kInvalidArgument);
   options.rank = 0;
-  options.device = device_count();
+  options.device = cuda_device_count();
   EXPECT_EQ(make_nccl_communicator(options, store).status().code(),
             absl::StatusCode::kInvalidArgument);
   options.device = 0;

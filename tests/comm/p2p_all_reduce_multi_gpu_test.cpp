@@ -11,6 +11,7 @@
 
 #include "comm/p2p_ranks.h"
 #include "comm/rank_threads.h"
+#include "common/cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "kernels/fp16.h"
 #include "kernels/ops.h"
@@ -23,18 +24,12 @@ using testing::P2pRank;
 using testing::to_device;
 using testing::to_host;
 
-int device_count() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return devices;
-}
-
-#define EXL3_REQUIRE_TWO_GPUS()                                                                  \
-  do {                                                                                           \
-    if (device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices, this machine has " << device_count(); \
+#define EXL3_REQUIRE_TWO_GPUS()                                                              \
+  do {                                                                                       \
+    const int exl3_devices_ = testing::cuda_device_count();                                  \
+    if (exl3_devices_ < 2) {                                                                 \
+      GTEST_SKIP() << "needs 2 CUDA devices, this machine has " << exl3_devices_;            \
+    }                                                                                        \
   } while (0)
 
 // Multiples of 1/16 in [-16, 16): exact in F16, and so are sums of two.

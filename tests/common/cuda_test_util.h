@@ -48,6 +48,16 @@ class DeviceBuffer {
   size_t count_;
 };
 
+// CUDA devices this process sees; 0 when there is no usable driver (the error is cleared).
+inline int cuda_device_count() {
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return devices;
+}
+
 inline void require_cuda_device() {
   int devices = 0;
   const cudaError_t err = cudaGetDeviceCount(&devices);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/test_paths.h"
+#include "common/cuda_test_util.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.cuh"
@@ -31,14 +32,7 @@ using testing::Lane;
 
 constexpr int kWorld = 2;
 
-int device_count() {
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return devices;
-}
+using testing::cuda_device_count;
 
 // Rank `rank` of 2: KV heads [2r, 2r + 2) of 4 (query heads follow), MLP columns and vocabulary
 // rows split at the middle (even) or at a quarter (uneven; both multiples of 128).
@@ -70,7 +64,7 @@ ModelShard tp_shard(const ModelConfig& c, int rank, bool uneven) {
 class StepGraphMultiGpu : public ::testing::TestWithParam<bool> {};
 
 TEST_P(StepGraphMultiGpu, TensorParallelDecodeMatchesEager) {
-  const int devices = device_count();
+  const int devices = cuda_device_count();
   if (devices < kWorld) GTEST_SKIP() << "needs " << kWorld << " CUDA devices, this machine has " << devices;
   const bool uneven = GetParam();
   const std::string dir = testing::source_path("models/exl3-4.0bpw");

@@ -23,7 +23,6 @@
 namespace exl3 {
 namespace {
 
-using testing::to_shard;
 using testing::shape_of;
 
 
@@ -73,7 +72,7 @@ TEST(CudaAllocation, BackendCountsEqualThePlan) {
       auto made = make_cuda_backend(bo);
       ASSERT_TRUE(made.ok()) << made.status();
       std::shared_ptr<Backend> backend(std::move(*made));
-      auto model = LlamaModel::load_shard(dir, to_shard(p), backend);
+      auto model = LlamaModel::load_shard(dir, model_shard_of(p), backend);
       ASSERT_TRUE(model.ok()) << model.status();
       EXPECT_EQ((*model)->allocated_bytes(), p.weight_bytes) << "weights";
       EngineOptions eo;

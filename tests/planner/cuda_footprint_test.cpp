@@ -20,7 +20,6 @@
 namespace exl3 {
 namespace {
 
-using testing::to_shard;
 using testing::shape_of;
 
 class CudaFootprint : public ::testing::Test {
@@ -113,7 +112,7 @@ TEST_F(CudaFootprint, WorkspaceMirrorEqualsTheModel) {
       ASSERT_TRUE(plans.ok()) << plans.status();
       for (const RankPlan& p : *plans) {
         SCOPED_TRACE(::testing::Message() << plan_mode_name(mode) << " " << caps.size() << " ranks, rank " << p.rank);
-        auto model = LlamaModel::load_shard(dir_, to_shard(p));
+        auto model = LlamaModel::load_shard(dir_, model_shard_of(p));
         ASSERT_TRUE(model.ok()) << model.status();
         ASSERT_EQ((*model)->backend().activation_dtype(), DType::kF32);
         EXPECT_EQ(forward_workspace_bytes(config_, shape_of(p), step, 4), (*model)->workspace_bytes_for(limits));

@@ -98,7 +98,7 @@ TEST(KvCachePricing, CpuWorkerAllocatesThePlannedCache) {
       ASSERT_TRUE(plans.ok()) << plans.status();
       uint64_t sum = 0;
       for (const RankPlan& p : *plans) {
-        auto model = LlamaModel::load_shard(f.dir, testing::to_shard(p));
+        auto model = LlamaModel::load_shard(f.dir, model_shard_of(p));
         ASSERT_TRUE(model.ok()) << model.status();
         const KvCacheShape shape = (*model)->cache_shape(p.num_pages, p.page_size, bits);
         Backend& be = (*model)->backend();

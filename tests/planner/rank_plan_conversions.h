@@ -1,29 +1,14 @@
-// Test helpers over the planner's RankPlan: the worker-side ModelShard it describes (the product
-// goes through the control-plane proto instead), and the widest parts the rank holds.
+// Test helpers over the planner's RankPlan: the widest parts the rank holds (its ModelShard is
+// model_shard_of, coordinator/planner/rank_shard.h).
 #pragma once
 
 #include <algorithm>
 
 #include "coordinator/planner/model_footprint.h"
+#include "coordinator/planner/rank_shard.h"
 #include "coordinator/planner/shard_planner.h"
-#include "worker/model/model_shard.h"
 
 namespace exl3::testing {
-
-inline ModelShard to_shard(const RankPlan& p) {
-  ModelShard s;
-  s.mode = p.mode == PlanMode::kTensorParallel ? ShardMode::kTensorParallel : ShardMode::kLayers;
-  s.rank = p.rank;
-  s.world_size = p.world_size;
-  s.first_layer = p.first_layer;
-  s.end_layer = p.end_layer;
-  for (const LayerPlan& l : p.layers) s.layers.push_back({l.kv_head_begin, l.kv_head_end, l.mlp_begin, l.mlp_end});
-  s.vocab_begin = p.vocab_begin;
-  s.vocab_end = p.vocab_end;
-  s.has_embedding = p.has_embedding;
-  s.has_head = p.has_head;
-  return s;
-}
 
 inline RankShape shape_of(const RankPlan& p) {
   RankShape r;

@@ -14,7 +14,6 @@
 namespace exl3 {
 namespace {
 
-using testing::to_shard;
 
 void expect_worker_matches(PlanMode mode, const std::vector<double>& weights) {
   const std::string dir = testing::source_path("models/exl3-4.0bpw");
@@ -42,7 +41,7 @@ void expect_worker_matches(PlanMode mode, const std::vector<double>& weights) {
   ASSERT_TRUE(plans.ok()) << plans.status();
   for (const RankPlan& p : *plans) {
     SCOPED_TRACE(::testing::Message() << plan_mode_name(mode) << " rank " << p.rank);
-    const ModelShard shard = to_shard(p);
+    const ModelShard shard = model_shard_of(p);
     ASSERT_TRUE(shard.validate(*config).ok()) << shard.validate(*config);
     auto model = LlamaModel::load_shard(dir, shard);
     ASSERT_TRUE(model.ok()) << model.status();
