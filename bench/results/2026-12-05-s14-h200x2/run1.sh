@@ -22,6 +22,11 @@ for be in nccl oneshot; do
     echo "allreduce $be $timing rc $?" >> $S; grep -E '^\| [0-9]' $R/ar-$be-$timing.md | sed "s/^/  $be $timing /" >> $S
   done
 done
+# NCCL at its lowest-latency protocol, for a fair comparison at decode sizes.
+NCCL_PROTO=LL timeout 120 $B/exl3-bench allreduce --backend nccl --timing graph --ranks 2 --dtype f16 --iters 200 \
+  --sizes 2K,8K,16K,32K,64K,128K,256K --json $R/ar-nccl-ll-graph.json --markdown $R/ar-nccl-ll-graph.md \
+  > $R/ar-nccl-ll-graph.log 2>&1
+echo "allreduce nccl NCCL_PROTO=LL graph rc $?" >> $S; grep -E '^\| [0-9]' $R/ar-nccl-ll-graph.md | sed "s/^/  nccl-LL graph /" >> $S
 M70=/tmp/m70
 $B/exl3-bench make-model --shape llama-3.1-70b --out $M70 > $R/make-70b.log 2>&1; echo "make 70b rc $?" >> $S
 model() {  # tag args: prefill 2048 and decode batch 1, 4, 32 in model mode (no gRPC), rank 0's times
