@@ -310,6 +310,25 @@ void run_rank(const ModelBenchOptions& o, int rank, const ModelShard& shard, con
   out.graph_replays = (*engine)->model().graph_replays();
 }
 
+// The ranks' failures in one status: a rank that failed on its own (say, loading) first, since the
+// others then fail waiting for it in a collective (deadline, unavailable peer, communicator down).
+absl::Status first_failure(const std::vector<RankOutcome>& outcomes) {
+  const auto waited = [](const absl::Status& s) {
+    return absl::IsDeadlineExceeded(s) || absl::IsUnavailable(s) || absl::IsFailedPrecondition(s);
+  };
+  const RankOutcome* cause = nullptr;
+  std::string others;
+  for (const RankOutcome& out : outcomes) {
+    if (out.status.ok()) continue;
+    if (cause == nullptr || (waited(cause->status) && !waited(out.status))) cause = &out;
+  }
+  if (cause == nullptr) return absl::OkStatus();
+  for (const RankOutcome& out : outcomes) {
+    if (!out.status.ok() && &out != cause) absl::StrAppend(&others, "; then ", out.status.message());
+  }
+  return absl::Status(cause->status.code(), absl::StrCat(cause->status.message(), others));
+}
+
 }  // namespace
 
 absl::Status validate_model_bench_options(const ModelBenchOptions& o) {
@@ -405,7 +424,7 @@ absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
     }
     for (std::thread& t : threads) t.join();
   }
-  for (const RankOutcome& out : outcomes) EXL3_RETURN_IF_ERROR(out.status);
+  EXL3_RETURN_IF_ERROR(first_failure(outcomes));
 
   const RankOutcome& first = outcomes[0];
   ModelBenchModelInfo& info = result.model;

@@ -28,8 +28,8 @@ constexpr int kMaxRanks = 64;
 // Deadline of the ranks' rendezvous and of every collective: a rank that fails (say, to load)
 // leaves the others waiting in a collective until then.
 constexpr std::chrono::milliseconds kCollectiveTimeout{60000};
-// Each rank's cap when --split is not given: equal and far above any model, so the planner splits
-// evenly and never fits the cache.
+// Each rank's cap when --split is not given: equal and far above any model, so that the planner
+// splits evenly.
 constexpr double kUnboundedCapGib = 1 << 20;
 
 }  // namespace
