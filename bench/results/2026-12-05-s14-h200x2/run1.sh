@@ -10,6 +10,8 @@ set -u
 B=/tmp/g/bin; S=$OUT/summary.txt; R=$OUT/r; mkdir -p $R
 export PATH=$B:$PATH EXL3_TEST_SOURCE_DIR=$PWD EXL3_TEST_WORK_DIR=/tmp/work NCCL_NVLS_ENABLE=0; mkdir -p /tmp/work
 nvidia-smi topo -m > $R/topo.txt 2>&1
+# sharded_logits_multi_gpu_test starts exl3-worker from the build's bin folder (a path compiled in).
+mkdir -p /work/main/build/ci && rm -rf /work/main/build/ci/bin && ln -s $B /work/main/build/ci/bin
 for t in oneshot_all_reduce_gpu_test p2p_all_reduce_gpu_test p2p_all_reduce_multi_gpu_test \
   nccl_communicator_multi_gpu_test step_graph_multi_gpu_test sharded_logits_multi_gpu_test; do
   timeout 150 $B/$t > $R/$t.log 2>&1; echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' $R/$t.log | tr '\n' ' ')" >> $S
