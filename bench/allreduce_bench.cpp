@@ -129,6 +129,7 @@ struct Plan {
   bool oneshot = false;
   bool graph = false;    // graph timing
   int64_t oneshot_max_bytes = 0;
+  int oneshot_blocks = 0;
   int ranks = 1;
   DType dtype = DType::kF32;
   std::vector<int64_t> sizes;  // bytes
@@ -311,6 +312,7 @@ absl::Status nccl_rank(const Plan& plan, int rank, RendezvousStore& store,
       po.stream = stream;
       po.prefix = "allreduce_bench";
       po.max_bytes = plan.oneshot_max_bytes;
+      po.max_blocks = plan.oneshot_blocks;
       po.timeout = kOpTimeout;
       po.wait_each_op = !plan.graph;
       comm = make_p2p_all_reduce_communicator(po, *std::move(comm), store);
@@ -353,6 +355,11 @@ absl::StatusOr<Plan> make_plan(const AllreduceBenchOptions& o) {
     }
     plan.oneshot_max_bytes = (*max)[0];
   }
+  if (o.oneshot_blocks < 0 || o.oneshot_blocks > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--oneshot-blocks ", o.oneshot_blocks, ": expected 0 (the SM count) to 65535"));
+  }
+  plan.oneshot_blocks = o.oneshot_blocks;
   if (o.ranks < 1 || o.ranks > kMaxRanks) {
     return absl::InvalidArgumentError(absl::StrCat("--ranks ", o.ranks, ": expected 1..", kMaxRanks));
   }
@@ -528,6 +535,7 @@ nlohmann::json allreduce_bench_json(const AllreduceBenchOptions& o, const Allred
           {"warmup", o.warmup},
           {"timing", o.timing},
           {"oneshot_max", o.backend == "oneshot" ? o.oneshot_max : ""},
+          {"oneshot_blocks", o.oneshot_blocks},
           {"time", o.timing == "graph" ? "per all-reduce, the slowest rank's; mean and min over graph launches"
                                        : "per all-reduce, the slowest rank's, after a barrier; mean and min over iters"},
           {"algbw_formula", "algbw = bytes / time_us_mean (GB/s = 1e9 bytes/s)"},
@@ -586,6 +594,9 @@ void add_allreduce_subcommand(CLI::App& app, AllreduceBenchOptions& o) {
                   "graph per rank, timed with CUDA events over 5 launches, as decode steps run them)")
       ->capture_default_str();
   cmd->add_option("--oneshot-max", o.oneshot_max, "oneshot: the largest part in bytes that goes one-shot (K, M)")
+      ->capture_default_str();
+  cmd->add_option("--oneshot-blocks", o.oneshot_blocks,
+                  "oneshot: most blocks of 256 threads per all-reduce kernel (0 = the GPU's SM count)")
       ->capture_default_str();
   cmd->add_option("--ranks", o.ranks, "Ranks (threads; NCCL: GPUs 0..N-1), 1..64")->capture_default_str();
   cmd->add_option("--sizes", o.sizes, "Message sizes in bytes, comma-separated; K, M, G = 2^10, 2^20, 2^30")

@@ -31,6 +31,7 @@ struct AllreduceBenchOptions {
   // kGraphLaunches launches (how a decode step issues them).
   std::string timing = "host";
   std::string oneshot_max = "256K";  // oneshot: parts up to this many bytes go one-shot, the rest NCCL
+  int oneshot_blocks = 0;            // oneshot: most blocks per kernel (0 = the SM count)
   std::string json_path;
   std::string markdown_path;
   std::vector<std::string> argv;  // the command line, for the report

@@ -116,6 +116,7 @@ TEST(AllreduceBench, RefusesBadFlagsByName) {
       {{"--backend", "oneshot", "--oneshot-max", "1Q"}, "--oneshot-max 1Q"},
       {{"--backend", "oneshot", "--oneshot-max", "128M"}, "--oneshot-max 128M"},
       {{"--backend", "oneshot", "--ranks", "9"}, "at most 8"},
+      {{"--backend", "oneshot", "--oneshot-blocks", "-1"}, "--oneshot-blocks -1"},
   };
   for (const Case& c : cases) {
     std::vector<std::string> args = {"allreduce"};

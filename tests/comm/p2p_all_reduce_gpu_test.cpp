@@ -158,6 +158,9 @@ TEST_F(P2pAllReduceGpu, RefusesBadOptions) {
   EXPECT_EQ(make_p2p_all_reduce_communicator(o, inner(), store).status().code(), absl::StatusCode::kInvalidArgument);
   o.max_bytes = 4096;
   EXPECT_EQ(make_p2p_all_reduce_communicator(o, nullptr, store).status().code(), absl::StatusCode::kInvalidArgument);
+  o.max_blocks = -1;
+  EXPECT_EQ(make_p2p_all_reduce_communicator(o, inner(), store).status().code(), absl::StatusCode::kInvalidArgument);
+  o.max_blocks = 0;
   // A world of one works: the sum is the part.
   auto one = make_p2p_all_reduce_communicator(o, inner(), store);
   ASSERT_TRUE(one.ok()) << one.status();

@@ -339,7 +339,7 @@ absl::Status P2pAllReduceCommunicator::run(const Tensor& part, Tensor& out, bool
   p.state = state_;
   p.host_error = host_error_device_;
   p.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(options_.timeout).count());
-  p.max_blocks = sm_count_;
+  p.max_blocks = options_.max_blocks > 0 ? options_.max_blocks : sm_count_;
   launch_oneshot_all_reduce(p, options_.stream);
   if (options_.wait_each_op) return flush();
   return absl::OkStatus();
@@ -396,6 +396,9 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_p2p_all_reduce_communicator(c
   if (options.max_bytes < oneshot::kChunkBytes || options.max_bytes > kMaxBytesLimit) {
     return absl::InvalidArgumentError(absl::StrCat("one-shot all-reduce: max_bytes ", options.max_bytes, " (",
                                                    oneshot::kChunkBytes, "..", kMaxBytesLimit, ")"));
+  }
+  if (options.max_blocks < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("one-shot all-reduce: max_blocks ", options.max_blocks));
   }
   if (options.timeout.count() <= 0 || options.init_timeout.count() <= 0) {
     return absl::InvalidArgumentError("one-shot all-reduce: timeouts must be positive");

@@ -54,6 +54,8 @@ struct P2pAllReduceOptions {
   std::chrono::milliseconds timeout{30000};       // a peer's part, and flush()
   std::chrono::milliseconds init_timeout{60000};  // the whole set-up
   bool wait_each_op = true;  // false: calls return once enqueued and flush() waits (GPU workers)
+  // Most blocks of one all-reduce kernel (256 threads each); 0 = the device's SM count.
+  int max_blocks = 0;
 };
 
 // Wraps `inner` (rank and world size must match options) after the set-up above.

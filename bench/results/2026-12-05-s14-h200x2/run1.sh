@@ -24,6 +24,13 @@ for be in nccl oneshot; do
     echo "allreduce $be $timing rc $?" >> $S; grep -E '^\| [0-9]' $R/ar-$be-$timing.md | sed "s/^/  $be $timing /" >> $S
   done
 done
+# The one-shot kernel with fewer blocks (more lines a thread) where the size caps them: 256K-1M.
+for nb in 33 66; do
+  timeout 60 $B/exl3-bench allreduce --backend oneshot --timing graph --ranks 2 --dtype f16 --iters 200 \
+    --sizes 256K,512K,1M --oneshot-max 1M --oneshot-blocks $nb \
+    --json $R/ar-oneshot-b$nb.json --markdown $R/ar-oneshot-b$nb.md > $R/ar-oneshot-b$nb.log 2>&1
+  echo "allreduce oneshot blocks $nb rc $?" >> $S; grep -E '^\| [0-9]' $R/ar-oneshot-b$nb.md | sed "s/^/  oneshot b$nb /" >> $S
+done
 # NCCL at its lowest-latency protocol, for a fair comparison at decode sizes.
 NCCL_PROTO=LL timeout 120 $B/exl3-bench allreduce --backend nccl --timing graph --ranks 2 --dtype f16 --iters 200 \
   --sizes 2K,8K,16K,32K,64K,128K,256K --json $R/ar-nccl-ll-graph.json --markdown $R/ar-nccl-ll-graph.md \
