@@ -23,6 +23,10 @@ const char* device_name(Device device);  // "cpu", "cuda"
 
 size_t dtype_size(DType dtype);
 const char* dtype_name(DType dtype);  // safetensors spelling: "F32", "I16"
+// F32, F16 or BF16.
+inline bool is_float_dtype(DType dtype) {
+  return dtype == DType::kF32 || dtype == DType::kF16 || dtype == DType::kBF16;
+}
 absl::StatusOr<DType> dtype_from_name(std::string_view);  // inverse of dtype_name
 
 template <typename T>

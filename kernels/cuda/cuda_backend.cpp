@@ -40,8 +40,6 @@ namespace {
 // a conversion costs the destination plus 32 MiB rather than twice the tensor.
 constexpr size_t kConvertChunkBytes = size_t{32} << 20;
 
-bool is_float(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
-
 absl::Status cuda_status(cudaError_t err, const std::string& label, const std::string& what) {
   if (err == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(label, ": ", what, " failed: ", cudaGetErrorString(err)));
@@ -204,7 +202,8 @@ class CudaBackend final : public Backend {
       w.bytes = w.exl3.trellis.nbytes() + w.exl3.suh.nbytes() + w.exl3.svh.nbytes();
     } else {
       const Tensor& d = h.dense;
-      if (!d.defined() || !d.on_host() || !is_float(d.dtype()) || d.shape() != Shape({h.out_features, h.in_features})) {
+      if (!d.defined() || !d.on_host() || !is_float_dtype(d.dtype()) ||
+          d.shape() != Shape({h.out_features, h.in_features})) {
         return absl::InvalidArgumentError(absl::StrCat(
             name, ": dense weight must be a host F32/F16/BF16 tensor [", h.out_features, ", ", h.in_features, "], got ",
             d.defined() ? dtype_name(d.dtype()) : "none", " ", shape_string(d.shape())));
@@ -215,7 +214,7 @@ class CudaBackend final : public Backend {
       w.bytes = w.dense.nbytes();
     }
     if (h.bias.defined()) {
-      if (!h.bias.on_host() || !is_float(h.bias.dtype()) || h.bias.numel() != h.out_features) {
+      if (!h.bias.on_host() || !is_float_dtype(h.bias.dtype()) || h.bias.numel() != h.out_features) {
         return absl::InvalidArgumentError(absl::StrCat(name, ": bias must be a host float tensor of ", h.out_features,
                                                        " values, got ", dtype_name(h.bias.dtype()), " ",
                                                        shape_string(h.bias.shape())));
@@ -229,7 +228,7 @@ class CudaBackend final : public Backend {
   }
 
   absl::StatusOr<Tensor> prepare_tensor(const Tensor& host, DType dtype, const std::string& name) override {
-    if (!is_float(dtype) || !host.defined() || !is_float(host.dtype())) {
+    if (!is_float_dtype(dtype) || !host.defined() || !is_float_dtype(host.dtype())) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": prepare_tensor converts between F32, F16 and BF16, not ",
                                                      host.defined() ? dtype_name(host.dtype()) : "none", " -> ",
                                                      dtype_name(dtype)));
@@ -238,7 +237,8 @@ class CudaBackend final : public Backend {
   }
 
   absl::StatusOr<Tensor> prepare_host_table(const Tensor& host, DType dtype, const std::string& name) override {
-    if (!host.defined() || !host.on_host() || !is_float(host.dtype()) || (dtype != host.dtype() && dtype != DType::kF16)) {
+    if (!host.defined() || !host.on_host() || !is_float_dtype(host.dtype()) ||
+        (dtype != host.dtype() && dtype != DType::kF16)) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": a host table keeps its stored F32/F16/BF16 dtype or ",
                                                      "becomes F16, not ", host.defined() ? dtype_name(host.dtype()) : "none",
                                                      " -> ", dtype_name(dtype)));
@@ -497,8 +497,9 @@ class CudaBackend final : public Backend {
 
   void embedding(const Tensor& table, const Tensor& ids, Tensor& out) override {
     check_device(table, "embedding table");
-    EXL3_CHECK(is_float(table.dtype()) && table.rank() == 2, "embedding table must be F32/F16/BF16 [vocab, d], got ",
-               dtype_name(table.dtype()), " ", shape_string(table.shape()));
+    EXL3_CHECK(is_float_dtype(table.dtype()) && table.rank() == 2,
+               "embedding table must be F32/F16/BF16 [vocab, d], got ", dtype_name(table.dtype()), " ",
+               shape_string(table.shape()));
     check_dtype(ids, DType::kI32, "embedding ids");
     check_dtype(out, DType::kF32, "embedding out");
     const int64_t n = ids.numel(), dim = table.dim(1);
@@ -820,7 +821,7 @@ class CudaBackend final : public Backend {
     if (!host.defined() || !host.on_host()) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": not a host tensor"));
     }
-    if (host.dtype() != dtype && !(is_float(host.dtype()) && is_float(dtype))) {
+    if (host.dtype() != dtype && !(is_float_dtype(host.dtype()) && is_float_dtype(dtype))) {
       return absl::InvalidArgumentError(
           absl::StrCat(name, ": cannot convert ", dtype_name(host.dtype()), " to ", dtype_name(dtype)));
     }

@@ -165,8 +165,7 @@ void launch_typed(const OneshotAllReduceParams& p, unsigned blocks, cudaStream_t
 }  // namespace
 
 void launch_oneshot_all_reduce(const OneshotAllReduceParams& p, cudaStream_t stream) {
-  EXL3_CHECK(p.dtype == DType::kF32 || p.dtype == DType::kF16 || p.dtype == DType::kBF16,
-             "oneshot_all_reduce: parts are ", dtype_name(p.dtype));
+  EXL3_CHECK(is_float_dtype(p.dtype), "oneshot_all_reduce: parts are ", dtype_name(p.dtype));
   EXL3_CHECK(p.out_dtype == p.dtype || p.out_dtype == DType::kF32, "oneshot_all_reduce: out ",
              dtype_name(p.out_dtype), " for ", dtype_name(p.dtype), " parts");
   EXL3_CHECK(p.world_size >= 1 && p.world_size <= oneshot::kMaxRanks && p.rank >= 0 && p.rank < p.world_size,

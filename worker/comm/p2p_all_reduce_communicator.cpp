@@ -46,7 +46,10 @@ std::string this_host() {
   return std::string(name.data());
 }
 
-bool float_dtype(DType d) { return d == DType::kF32 || d == DType::kF16 || d == DType::kBF16; }
+// Time left until `deadline`, at least 1 ms (a store wait then reports what is missing).
+milliseconds time_left(Clock::time_point deadline) {
+  return std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
+}
 
 absl::Status cuda_failure(const std::string& who, const char* what, cudaError_t err) {
   cudaGetLastError();
@@ -111,7 +114,7 @@ class P2pAllReduceCommunicator final : public Communicator {
   }
 
   bool one_shot(const Tensor& t) const {
-    return t.device() == Device::kCuda && float_dtype(t.dtype()) &&
+    return t.device() == Device::kCuda && is_float_dtype(t.dtype()) &&
            static_cast<int64_t>(t.nbytes()) <= options_.max_bytes;
   }
 
@@ -128,9 +131,12 @@ class P2pAllReduceCommunicator final : public Communicator {
   absl::Status run(const Tensor& part, Tensor& out, bool accumulate);
   absl::Status map_peer(int peer, const BufferRecord& record, const BufferRecord& own);
   absl::Status agree_ready(RendezvousStore& store, const absl::Status& mine, Clock::time_point deadline);
+  void fill_call();
 
   const P2pAllReduceOptions options_;
   std::unique_ptr<Communicator> inner_;
+  // What every call passes the kernel besides its tensors (filled once the buffers are mapped).
+  OneshotAllReduceParams call_;
   void* buffer_ = nullptr;
   oneshot::State* state_ = nullptr;
   uint32_t* host_error_ = nullptr;         // pinned, mapped
@@ -192,7 +198,9 @@ absl::Status P2pAllReduceCommunicator::init(RendezvousStore& store) {
     done_ = nullptr;
     return cuda_failure(who(), "cudaEventCreate", err);
   }
-  if (cudaError_t err = cudaMemset(buffer_, 0, bytes); err != cudaSuccess) return cuda_failure(who(), "cudaMemset", err);
+  if (cudaError_t err = cudaMemset(buffer_, 0, bytes); err != cudaSuccess) {
+    return cuda_failure(who(), "cudaMemset", err);
+  }
   if (cudaError_t err = cudaMemset(state_, 0, sizeof(oneshot::State)); err != cudaSuccess) {
     return cuda_failure(who(), "cudaMemset", err);
   }
@@ -221,8 +229,7 @@ absl::Status P2pAllReduceCommunicator::init(RendezvousStore& store) {
   buffers_[options_.rank] = buffer_;
   absl::Status mapped = absl::OkStatus();
   if (!keys.empty()) {
-    const auto left = std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-    absl::StatusOr<std::vector<std::vector<char>>> records = store.get(keys, left);
+    absl::StatusOr<std::vector<std::vector<char>>> records = store.get(keys, time_left(deadline));
     if (!records.ok()) {
       return absl::Status(records.status().code(),
                           absl::StrCat(who(), ": waiting for the peers' buffers: ", records.status().message()));
@@ -240,6 +247,7 @@ absl::Status P2pAllReduceCommunicator::init(RendezvousStore& store) {
       mapped = map_peer(peers[i], record, own);
     }
   }
+  fill_call();
   return agree_ready(store, mapped, deadline);
 }
 
@@ -304,11 +312,11 @@ absl::Status P2pAllReduceCommunicator::agree_ready(RendezvousStore& store, const
     ready_ = true;
     return absl::OkStatus();
   }
-  const auto left = std::max(milliseconds(1), std::chrono::duration_cast<milliseconds>(deadline - Clock::now()));
-  absl::StatusOr<std::vector<std::vector<char>>> verdicts = store.get(keys, left);
+  absl::StatusOr<std::vector<std::vector<char>>> verdicts = store.get(keys, time_left(deadline));
   if (!verdicts.ok()) {
-    return fail(absl::Status(verdicts.status().code(), absl::StrCat(who(), ": waiting for the peers to map the buffers: ",
-                                                                    verdicts.status().message())));
+    return fail(absl::Status(verdicts.status().code(),
+                             absl::StrCat(who(), ": waiting for the peers to map the buffers: ",
+                                          verdicts.status().message())));
   }
   for (size_t i = 0; i < keys.size(); ++i) {
     const std::string text((*verdicts)[i].begin(), (*verdicts)[i].end());
@@ -320,26 +328,30 @@ absl::Status P2pAllReduceCommunicator::agree_ready(RendezvousStore& store, const
   return absl::OkStatus();
 }
 
+void P2pAllReduceCommunicator::fill_call() {
+  call_.rank = options_.rank;
+  call_.world_size = options_.world_size;
+  for (int r = 0; r < options_.world_size; ++r) call_.buffers[r] = buffers_[r];
+  call_.slot_lines = oneshot::lines_for(options_.max_bytes);
+  call_.state = state_;
+  call_.host_error = host_error_device_;
+  call_.timeout_ns =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(options_.timeout).count());
+  call_.max_blocks = options_.max_blocks > 0 ? options_.max_blocks : sm_count_;
+}
+
 absl::Status P2pAllReduceCommunicator::run(const Tensor& part, Tensor& out, bool accumulate) {
   EXL3_RETURN_IF_ERROR(usable());
   if (part.numel() == 0) return absl::OkStatus();
   ScopedDevice device;
   if (absl::Status status = device.enter(options_.device); !status.ok()) return fail(status);
-  OneshotAllReduceParams p;
+  OneshotAllReduceParams p = call_;
   p.dtype = part.dtype();
   p.out_dtype = out.dtype();
   p.count = part.numel();
   p.input = part.raw();
   p.output = out.mutable_raw();
   p.accumulate = accumulate;
-  p.rank = options_.rank;
-  p.world_size = options_.world_size;
-  for (int r = 0; r < options_.world_size; ++r) p.buffers[r] = buffers_[r];
-  p.slot_lines = oneshot::lines_for(options_.max_bytes);
-  p.state = state_;
-  p.host_error = host_error_device_;
-  p.timeout_ns = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(options_.timeout).count());
-  p.max_blocks = options_.max_blocks > 0 ? options_.max_blocks : sm_count_;
   launch_oneshot_all_reduce(p, options_.stream);
   if (options_.wait_each_op) return flush();
   return absl::OkStatus();
