@@ -42,8 +42,9 @@ __device__ __forceinline__ void store_line(uint64_t* line, uint64_t w0, uint64_t
 __device__ __forceinline__ uint2 load_chunk(const uint8_t* part, int64_t bytes, int64_t chunk, bool aligned) {
   const int64_t begin = chunk * kChunkBytes;
   if (aligned && begin + kChunkBytes <= bytes) return *reinterpret_cast<const uint2*>(part + begin);
+  const int64_t end = begin + kChunkBytes < bytes ? begin + kChunkBytes : bytes;
   uint2 words = make_uint2(0u, 0u);
-  for (int64_t b = begin; b < bytes; ++b) {
+  for (int64_t b = begin; b < end; ++b) {
     const int at = static_cast<int>(b - begin);
     const uint32_t byte = part[b];
     if (at < 4) {

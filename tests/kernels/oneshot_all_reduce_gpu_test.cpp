@@ -222,11 +222,11 @@ TEST_F(OneshotAllReduceGpu, ReplaysInCudaGraphs) {
     }
     for (int r = 0; r < world; ++r) EXL3_CUDA_CHECK(cudaGraphLaunch(execs[r], g.stream(r)));
     EXL3_CUDA_CHECK(cudaDeviceSynchronize());
-    Tensor want_res = res[0].clone();
-    oneshot_all_reduce_ref(pa, want_res, true);
     Tensor want_b = Tensor::zeros(DType::kF16, {count});
     oneshot_all_reduce_ref(pb, want_b, false);
     for (int r = 0; r < world; ++r) {
+      Tensor want_res = res[r].clone();  // each rank's own residual plus the sum
+      oneshot_all_reduce_ref(pa, want_res, true);
       Tensor got_res = Tensor::zeros(DType::kF32, {count});
       Tensor got_b = Tensor::zeros(DType::kF16, {count});
       residual[r]->download(got_res.mutable_raw(), got_res.nbytes());
