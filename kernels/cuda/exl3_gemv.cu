@@ -140,6 +140,7 @@ template <int kBits, Codebook kCodebook, int kMBlocks, bool kLinear>
 __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_kernel(GemvArgs args) {
   using Ring = TrellisRing<kBits>;
   constexpr int kWords = Ring::kWords;
+  constexpr int kStageTiles = Ring::kTilesPerStage;
   static_assert(kSliceTiles % kStageTiles == 0);
 
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);

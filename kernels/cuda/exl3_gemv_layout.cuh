@@ -28,16 +28,23 @@ __host__ __device__ constexpr int staged_words_per_tile(bool doubled) { return d
 __host__ __device__ constexpr bool staged_doubled(bool mul1, int m_blocks) { return !mul1 && m_blocks == 1; }
 
 // Trellis words travel through a per-warp ring in shared memory (cp.async, ring_stages stages of
-// kStageTiles tiles, all but one in flight): deep enough to keep HBM busy without spending
+// stage_tiles tiles, all but one in flight): deep enough to keep HBM busy without spending
 // registers on loads in flight. One 16-byte cp.async per lane moves 512 bytes per warp. Wider
-// tiles take fewer stages (each at most 2 KiB a warp), leaving room for the staged A.
-constexpr int kStageTiles = 4;
+// tiles take fewer stages (each ring at most 2 KiB a warp), leaving room for the staged A. Up to
+// K = 4 a stage is 8 tiles in 2 slots (the same 2 KiB at K = 4 as 4 slots of 4 tiles): half the
+// per-stage work (the wait, the barrier, the next copies) a tile. Measured on the H200, K = 4 MUL1,
+// against 4-tile stages (bench/results/2026-12-05-s15-h100 run 1, two rounds): the fp16 linear
+// 2-4% faster at every shape and 1-32 rows (8192x28672 at 1 row 66.3 -> 64.0 us); 8B decode with
+// int8 off, three rounds, batch 1 +4.3%, 4 +2.6%, 8 +2.4%, 16 +3.1%, 32 +2.4%, 64 +1.7%. Three
+// slots of 8 tiles gained less (within 1% at batch 1-64).
+__host__ __device__ constexpr int stage_tiles(int bits) { return bits <= 4 ? 8 : 4; }
 
-__host__ __device__ constexpr int ring_stages(int bits) { return bits <= 4 ? 4 : bits == 5 ? 3 : 2; }
+__host__ __device__ constexpr int ring_stages(int bits) { return bits <= 4 ? 2 : bits == 5 ? 3 : 2; }
 
 __host__ __device__ constexpr int ring_words(int bits) {  // per warp: at most 2 KiB
-  return ring_stages(bits) * kStageTiles * tile_words(bits);
+  return ring_stages(bits) * stage_tiles(bits) * tile_words(bits);
 }
+static_assert(ring_words(4) * 4 <= 2048 && ring_words(8) * 4 <= 2048);
 
 // The fp16 linear kernel takes its A prestaged (exl3_gemv_stage.cu, one launch more) from this many
 // rows on, where the scratch holds it: with every block of a slice transforming its slice of x
