@@ -36,13 +36,7 @@ for r in 1 2 3; do
   done
 done
 for r in 1 2; do for v in exl3-bench-base exl3-bench-s8k4; do ab $v off 1,16,32 8b25-$r $M25; done; done
-# Where a batch-1 step goes now: every kernel's time under Nsight Compute (step graphs off, so
-# each launch is its own; the decode steps are the launches after the prefill's).
-timeout 240 /usr/local/cuda/bin/ncu --metrics gpu__time_duration.sum --csv --launch-count 6000 \
-  $B/exl3-bench-s8k4 model --model $M8 --backend cuda --prefill 128 --prefill-repeats 1 --batch 1 --decode-steps 3 \
-  --warmup 1 --step-graphs off --int8-activations auto > $R/ncu-decode-b1.csv 2> $R/ncu-decode-b1.log
-echo "ncu b1 rc $? $(wc -l < $R/ncu-decode-b1.csv) lines" >> $S
-rm -rf $M8 $M25
+rm -rf $M25
 M70=/tmp/m70
 $B/exl3-bench-base make-model --shape llama-3.1-70b --out $M70 > $R/make-70b.log 2>&1; echo "make 70b rc $?" >> $S
 for r in 1 2; do for v in exl3-bench-base exl3-bench-s8k4 exl3-bench-i8s4; do
@@ -50,6 +44,13 @@ for r in 1 2; do for v in exl3-bench-base exl3-bench-s8k4 exl3-bench-i8s4; do
   ab $v off 1 70b$r $M70
 done; done
 rm -rf $M70
+# Where a batch-1 step goes now: every kernel's time under Nsight Compute (step graphs off, so
+# each launch is its own; the decode steps are the launches after the prefill's).
+timeout 150 /usr/local/cuda/bin/ncu --clock-control none --metrics gpu__time_duration.sum --csv --launch-count 4000 \
+  $B/exl3-bench-s8k4 model --model $M8 --backend cuda --prefill 128 --prefill-repeats 1 --batch 1 --decode-steps 3 \
+  --warmup 1 --step-graphs off --int8-activations auto > $R/ncu-decode-b1.csv 2> $R/ncu-decode-b1.log
+echo "ncu b1 rc $? $(wc -l < $R/ncu-decode-b1.csv) lines" >> $S
+rm -rf $M8
 cp $S $R/
 tar -C $OUT -cJf $OUT/results.tar.xz r && rm -rf $R
 cat $S
