@@ -2,8 +2,9 @@
 # Session 15, second run (one GPU): run 1's winner made a rule, 8-tile stages in 2 ring slots up to
 # K = 4 (exl3-bench-s8k4; 4-tile stages as before from K = 5), against base (db0ae67) at K = 2-4
 # (MUL1 and 3INST) and in the 8B/70B models, with its tree's GPU tests; and the int8 kernel with 4
-# ring slots at K <= 4 for one-block stages (exl3-bench-i8s4, on s8k4; 3 before). An 8B at 2.5 bpw
-# (K = 2 and 3) too. Results under $OUT.
+# ring slots at K <= 4 for one-block stages (exl3-bench-i8s4, on s8k4; 3 before), and the int8
+# kernel's two-block stages never taken (exl3-bench-narrow, on s8k4; the planner takes them for the
+# widest matrices). An 8B at 2.5 bpw (K = 2 and 3) too. Results under $OUT.
 set -u
 B=/tmp/g/bin; S=$OUT/summary.txt; R=$OUT/r; mkdir -p $R
 export EXL3_TEST_SOURCE_DIR=$PWD EXL3_TEST_WORK_DIR=/tmp/work; mkdir -p /tmp/work
@@ -34,6 +35,7 @@ for r in 1 2 3; do
     ab $v off 1,4,16,32,64 8b$r $M8
     ab $v auto 1,2,4,8 8b$r $M8
   done
+  ab exl3-bench-narrow auto 1,2 8b$r $M8
 done
 for r in 1 2; do for v in exl3-bench-base exl3-bench-s8k4; do ab $v off 1,16,32 8b25-$r $M25; done; done
 rm -rf $M25
@@ -42,7 +44,7 @@ $B/exl3-bench-base make-model --shape llama-3.1-70b --out $M70 > $R/make-70b.log
 for r in 1 2; do for v in exl3-bench-base exl3-bench-s8k4 exl3-bench-i8s4; do
   ab $v auto 1,32 70b$r $M70
   ab $v off 1 70b$r $M70
-done; done
+done; ab exl3-bench-narrow auto 1 70b$r $M70; done
 rm -rf $M70
 # Where a batch-1 step goes now: every kernel's time under Nsight Compute (step graphs off, so
 # each launch is its own; the decode steps are the launches after the prefill's).
