@@ -4,7 +4,7 @@
 Usage: ncu_step_breakdown.py NCU.csv [STEPS]
 NCU.csv is the stdout of `ncu --clock-control none --metrics gpu__time_duration.sum --csv ...
 exl3-bench model ... --batch 1 --step-graphs off` (the run's own lines are skipped). A step is the
-launches after one sampler kernel up to and including the next; the last STEPS (default 3) full
+launches after one sample_kernel (the sampler's last launch) up to and including the next; the last STEPS (default 3) full
 steps are summed by kernel (template arguments folded) and printed per step, largest first.
 """
 import csv, re, sys, collections
@@ -39,7 +39,7 @@ def short(name):
 def main():
     path, steps = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3
     ks = list(rows(path))
-    ends = [i for i, (n, _) in enumerate(ks) if 'sample' in n.lower()]
+    ends = [i for i, (n, _) in enumerate(ks) if re.search(r'(^|::|\s)sample_kernel\b', n)]
     if len(ends) < steps + 1:
         sys.exit(f'{len(ends)} sampler launches, need {steps + 1}')
     per = collections.defaultdict(lambda: [0, 0.0])
