@@ -3,9 +3,10 @@
 
 Usage: ncu_step_breakdown.py NCU.csv [STEPS]
 NCU.csv is the stdout of `ncu --clock-control none --metrics gpu__time_duration.sum --csv ...
-exl3-bench model ... --batch 1 --step-graphs off` (the run's own lines are skipped). A step is the
-launches after one sample_kernel (the sampler's last launch) up to and including the next; the last STEPS (default 3) full
-steps are summed by kernel (template arguments folded) and printed per step, largest first.
+exl3-bench model ... --batch 1 --step-graphs off` (the run's own lines are skipped). A step is
+the launches after one sample_kernel (the sampler's last launch) up to and including the next;
+the last STEPS (default 3) full steps are summed by kernel (template arguments folded) and printed
+per step, largest first.
 """
 import csv, re, sys, collections
 
