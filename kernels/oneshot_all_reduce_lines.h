@@ -55,6 +55,29 @@ EXL3_ONESHOT_HD uint64_t pack_word(uint32_t payload, uint32_t flag) {
 EXL3_ONESHOT_HD uint32_t word_payload(uint64_t word) { return static_cast<uint32_t>(word); }
 EXL3_ONESHOT_HD uint32_t word_flag(uint64_t word) { return static_cast<uint32_t>(word >> 32); }
 
+// The payload of line `line` of a part of `bytes` bytes at any alignment, read byte by byte: word0
+// holds its bytes 0-3 and word1 bytes 4-7 (little-endian), zeros past the part's end. The kernel
+// reads 8-byte aligned whole chunks as one 64-bit load instead (the same words).
+struct LinePayload {
+  uint32_t word0;
+  uint32_t word1;
+};
+EXL3_ONESHOT_HD LinePayload line_payload_bytewise(const uint8_t* part, int64_t bytes, int64_t line) {
+  const int64_t begin = line * kChunkBytes;
+  const int64_t end = begin + kChunkBytes < bytes ? begin + kChunkBytes : bytes;
+  LinePayload p{0u, 0u};
+  for (int64_t b = begin; b < end; ++b) {
+    const int at = static_cast<int>(b - begin);
+    const uint32_t byte = part[b];
+    if (at < 4) {
+      p.word0 |= byte << (8 * at);
+    } else {
+      p.word1 |= byte << (8 * (at - 4));
+    }
+  }
+  return p;
+}
+
 // Whether both words of a line carry `flag`, i.e. the line is this call's.
 EXL3_ONESHOT_HD bool line_arrived(uint64_t word0, uint64_t word1, uint32_t flag) {
   return word_flag(word0) == flag && word_flag(word1) == flag;

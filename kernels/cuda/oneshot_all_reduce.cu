@@ -37,23 +37,13 @@ __device__ __forceinline__ void store_line(uint64_t* line, uint64_t w0, uint64_t
   asm volatile("st.volatile.global.v2.u64 [%0], {%1, %2};" ::"l"(line), "l"(w0), "l"(w1) : "memory");
 }
 
-// The 8 payload bytes of chunk `chunk` of a part of `bytes` bytes (zeros past its end); byte by
-// byte where the part is not 8-byte aligned.
+// The 8 payload bytes of chunk `chunk` of a part of `bytes` bytes (zeros past its end): one 64-bit
+// load where the part is 8-byte aligned and the chunk whole, else oneshot::line_payload_bytewise.
 __device__ __forceinline__ uint2 load_chunk(const uint8_t* part, int64_t bytes, int64_t chunk, bool aligned) {
   const int64_t begin = chunk * kChunkBytes;
   if (aligned && begin + kChunkBytes <= bytes) return *reinterpret_cast<const uint2*>(part + begin);
-  const int64_t end = begin + kChunkBytes < bytes ? begin + kChunkBytes : bytes;
-  uint2 words = make_uint2(0u, 0u);
-  for (int64_t b = begin; b < end; ++b) {
-    const int at = static_cast<int>(b - begin);
-    const uint32_t byte = part[b];
-    if (at < 4) {
-      words.x |= byte << (8 * at);
-    } else {
-      words.y |= byte << (8 * (at - 4));
-    }
-  }
-  return words;
+  const oneshot::LinePayload p = oneshot::line_payload_bytewise(part, bytes, chunk);
+  return make_uint2(p.word0, p.word1);
 }
 
 template <typename T>

@@ -2,6 +2,7 @@
 // rounding), and its wire format (kernels/oneshot_all_reduce_lines.h) run by threads as ranks
 // over shared buffers of 64-bit atomic words, call after call with changing sizes, so that the
 // parity and flag rules are shown to hand every rank exactly its peers' parts.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -93,6 +94,25 @@ TEST(OneshotLines, LayoutAndFlags) {
   EXPECT_FALSE(oneshot::line_arrived(0, 0, oneshot::next_flag(0u)));
 }
 
+// A line's payload is its own 8 bytes of the part, at every alignment and in the last, partial
+// line: never a byte of the next line (the kernel's unaligned path once OR-ed every later byte in).
+TEST(OneshotLines, PayloadIsTheLinesOwnBytesAtAnyAlignment) {
+  std::vector<uint8_t> buffer(64);
+  for (size_t i = 0; i < buffer.size(); ++i) buffer[i] = static_cast<uint8_t>(0x11 * (i % 15) + 1);
+  for (int64_t offset : {0, 1, 2, 3, 5, 7}) {
+    for (int64_t bytes : {1, 3, 7, 8, 9, 16, 37, 50}) {
+      const uint8_t* part = buffer.data() + offset;
+      for (int64_t l = 0; l < oneshot::lines_for(bytes); ++l) {
+        uint32_t want[2] = {0, 0};
+        std::memcpy(want, part + l * 8, static_cast<size_t>(std::min<int64_t>(8, bytes - l * 8)));
+        const oneshot::LinePayload got = oneshot::line_payload_bytewise(part, bytes, l);
+        EXPECT_EQ(got.word0, want[0]) << "offset " << offset << " bytes " << bytes << " line " << l;
+        EXPECT_EQ(got.word1, want[1]) << "offset " << offset << " bytes " << bytes << " line " << l;
+      }
+    }
+  }
+}
+
 // W ranks as threads, each with a receive buffer of atomic words; a rank sends every line of its
 // part to every peer, then collects its peers' lines and checks they rebuild the peers' parts.
 class LineProtocolRun {
@@ -125,15 +145,14 @@ class LineProtocolRun {
       const std::vector<uint8_t> mine = part(rank, static_cast<int>(call), bytes);
       const int64_t lines = oneshot::lines_for(bytes);
       for (int64_t l = 0; l < lines; ++l) {
-        uint32_t words[2] = {0, 0};
-        std::memcpy(words, mine.data() + l * 8, static_cast<size_t>(std::min<int64_t>(8, bytes - l * 8)));
+        const oneshot::LinePayload payload = oneshot::line_payload_bytewise(mine.data(), bytes, l);
         for (int peer = 0; peer < world_; ++peer) {
           if (peer == rank) continue;
           const int64_t at = 2 * oneshot::line_offset(flag, world_, rank, slot_lines, l);
-          buffers_[static_cast<size_t>(peer)][static_cast<size_t>(at)].store(oneshot::pack_word(words[0], flag),
+          buffers_[static_cast<size_t>(peer)][static_cast<size_t>(at)].store(oneshot::pack_word(payload.word0, flag),
                                                                              std::memory_order_relaxed);
-          buffers_[static_cast<size_t>(peer)][static_cast<size_t>(at + 1)].store(oneshot::pack_word(words[1], flag),
-                                                                                 std::memory_order_relaxed);
+          buffers_[static_cast<size_t>(peer)][static_cast<size_t>(at + 1)].store(
+              oneshot::pack_word(payload.word1, flag), std::memory_order_relaxed);
         }
         if (rng() % 64 == 0) std::this_thread::yield();  // let the ranks drift apart
       }
