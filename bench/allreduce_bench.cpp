@@ -305,16 +305,8 @@ absl::Status nccl_rank(const Plan& plan, int rank, RendezvousStore& store,
     o.wait_each_op = !plan.graph;  // graph timing captures the calls: they must only enqueue
     absl::StatusOr<std::unique_ptr<Communicator>> comm = make_nccl_communicator(o, store);
     if (comm.ok() && plan.oneshot) {
-      P2pAllReduceOptions po;
-      po.rank = rank;
-      po.world_size = plan.ranks;
-      po.device = rank;
-      po.stream = stream;
-      po.prefix = "allreduce_bench";
-      po.max_bytes = plan.oneshot_max_bytes;
+      P2pAllReduceOptions po = p2p_all_reduce_options_of(o, plan.oneshot_max_bytes);
       po.max_blocks = plan.oneshot_blocks;
-      po.timeout = kOpTimeout;
-      po.wait_each_op = !plan.graph;
       comm = make_p2p_all_reduce_communicator(po, *std::move(comm), store);
     }
     status = comm.ok() ? run_rank(**comm, plan, RankPlace{rank, stream}, seconds) : comm.status();

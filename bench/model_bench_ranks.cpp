@@ -132,17 +132,8 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_bench_communicator(const Mode
   n.wait_each_op = false;
   EXL3_ASSIGN_OR_RETURN(std::unique_ptr<Communicator> nccl, make_nccl_communicator(n, store));
   if (o.all_reduce != "oneshot") return nccl;
-  P2pAllReduceOptions p;
-  p.rank = rank;
-  p.world_size = o.ranks;
-  p.device = n.device;
-  p.stream = n.stream;
-  p.prefix = prefix;
-  p.max_bytes = int64_t{o.all_reduce_oneshot_max_kib} << 10;
-  p.timeout = kCollectiveTimeout;
-  p.init_timeout = kCollectiveTimeout;
-  p.wait_each_op = false;
-  return make_p2p_all_reduce_communicator(p, std::move(nccl), store);
+  return make_p2p_all_reduce_communicator(p2p_all_reduce_options_of(n, int64_t{o.all_reduce_oneshot_max_kib} << 10),
+                                          std::move(nccl), store);
 #else
   (void)backend;
   return absl::UnimplementedError("--backend cuda: this exl3-bench was built without CUDA (configure with EXL3_CUDA=ON)");

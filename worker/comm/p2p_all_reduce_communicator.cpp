@@ -392,6 +392,20 @@ absl::Status P2pAllReduceCommunicator::flush() {
 
 }  // namespace
 
+P2pAllReduceOptions p2p_all_reduce_options_of(const NcclOptions& nccl, int64_t max_bytes) {
+  P2pAllReduceOptions o;
+  o.rank = nccl.rank;
+  o.world_size = nccl.world_size;
+  o.device = nccl.device;
+  o.stream = nccl.stream;
+  o.prefix = nccl.prefix;
+  o.max_bytes = max_bytes;
+  o.timeout = nccl.timeout;
+  o.init_timeout = nccl.init_timeout;
+  o.wait_each_op = nccl.wait_each_op;
+  return o;
+}
+
 absl::StatusOr<std::unique_ptr<Communicator>> make_p2p_all_reduce_communicator(const P2pAllReduceOptions& options,
                                                                               std::unique_ptr<Communicator> inner,
                                                                               RendezvousStore& store) {

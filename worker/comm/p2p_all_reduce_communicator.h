@@ -39,6 +39,7 @@
 
 #include "absl/status/statusor.h"
 #include "worker/comm/communicator.h"
+#include "worker/comm/nccl_communicator.h"
 
 namespace exl3 {
 
@@ -57,6 +58,11 @@ struct P2pAllReduceOptions {
   // Most blocks of one all-reduce kernel (256 threads each); 0 = the device's SM count.
   int max_blocks = 0;
 };
+
+// The options of a P2P communicator over the NCCL communicator made with `nccl`: the same group
+// (rank, world size, device, stream, store prefix, timeouts, wait_each_op), parts of up to
+// max_bytes one-shot, max_blocks 0.
+P2pAllReduceOptions p2p_all_reduce_options_of(const NcclOptions& nccl, int64_t max_bytes);
 
 // Wraps `inner` (rank and world size must match options) after the set-up above.
 absl::StatusOr<std::unique_ptr<Communicator>> make_p2p_all_reduce_communicator(const P2pAllReduceOptions& options,

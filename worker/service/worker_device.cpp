@@ -32,6 +32,22 @@ absl::Status cuda_error(cudaError_t err, int device, const char* what) {
                                                     cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
 }
 
+// The rank's NCCL group on the backend's stream.
+NcclOptions rank_nccl_options(const RankNcclOptions& options, Backend& backend) {
+  NcclOptions o;
+  o.rank = options.rank;
+  o.world_size = options.world_size;
+  o.device = options.device;
+  o.stream = cuda_stream_of(backend);
+  o.prefix = options.prefix;
+  o.timeout = options.timeout;
+  o.init_timeout = options.init_timeout;
+  // Collectives return once queued; the model flushes them once per step (Communicator::flush),
+  // so a step has no host sync until its end.
+  o.wait_each_op = false;
+  return o;
+}
+
 }  // namespace
 
 bool worker_has_cuda() { return true; }
@@ -76,36 +92,15 @@ absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int rank, int de
 
 absl::StatusOr<std::unique_ptr<Communicator>> make_rank_nccl_communicator(const RankNcclOptions& options,
                                                                           Backend& backend, RendezvousStore& store) {
-  NcclOptions o;
-  o.rank = options.rank;
-  o.world_size = options.world_size;
-  o.device = options.device;
-  o.stream = cuda_stream_of(backend);
-  o.prefix = options.prefix;
-  o.timeout = options.timeout;
-  o.init_timeout = options.init_timeout;
-  // Collectives return once queued; the model flushes them once per step (Communicator::flush),
-  // so a step has no host sync until its end.
-  o.wait_each_op = false;
-  return make_nccl_communicator(o, store);
+  return make_nccl_communicator(rank_nccl_options(options, backend), store);
 }
 
 absl::StatusOr<std::unique_ptr<Communicator>> make_rank_oneshot_communicator(const RankNcclOptions& options,
                                                                              int64_t max_bytes, Backend& backend,
                                                                              std::unique_ptr<Communicator> nccl,
                                                                              RendezvousStore& store) {
-  P2pAllReduceOptions o;
-  o.rank = options.rank;
-  o.world_size = options.world_size;
-  o.device = options.device;
-  o.stream = cuda_stream_of(backend);
-  o.prefix = options.prefix;
-  o.max_bytes = max_bytes;
-  o.timeout = options.timeout;
-  o.init_timeout = options.init_timeout;
-  // As with NCCL: calls return once queued and the model flushes once per step.
-  o.wait_each_op = false;
-  return make_p2p_all_reduce_communicator(o, std::move(nccl), store);
+  return make_p2p_all_reduce_communicator(p2p_all_reduce_options_of(rank_nccl_options(options, backend), max_bytes),
+                                          std::move(nccl), store);
 }
 
 MeasuredDeviceMemory measure_cuda_memory(Backend& backend) {
