@@ -38,14 +38,14 @@ __host__ __device__ constexpr bool staged_doubled(bool mul1, int m_blocks) { ret
 // decode with int8 off, batch 1-64, +1.7-4.3% (H200) and +1.4-3.4% (H100). Three slots of 8 tiles
 // gained less. At K = 5, 6, 8-tile stages (a 2.5-3 KiB ring) measured 4-13% faster at 1-8 rows
 // but have not yet run the GPU tests (that run's run4.sh).
-__host__ __device__ constexpr int stage_tiles(int bits) { return bits <= 4 ? 8 : 4; }
+__host__ __device__ constexpr int stage_tiles(int bits) { return bits <= 6 ? 8 : 4; }
 
-__host__ __device__ constexpr int ring_stages(int bits) { return bits <= 4 ? 2 : bits == 5 ? 3 : 2; }
+__host__ __device__ constexpr int ring_stages(int) { return 2; }
 
-__host__ __device__ constexpr int ring_words(int bits) {  // per warp: at most 2 KiB
+__host__ __device__ constexpr int ring_words(int bits) {  // per warp: at most 3 KiB
   return ring_stages(bits) * stage_tiles(bits) * tile_words(bits);
 }
-static_assert(ring_words(4) * 4 <= 2048 && ring_words(8) * 4 <= 2048);
+static_assert(ring_words(6) * 4 <= 3072 && ring_words(8) * 4 <= 2048);
 
 // The fp16 linear kernel takes its A prestaged (exl3_gemv_stage.cu, one launch more) from this many
 // rows on, where the scratch holds it: with every block of a slice transforming its slice of x
