@@ -30,14 +30,14 @@ __host__ __device__ constexpr bool staged_doubled(bool mul1, int m_blocks) { ret
 // Trellis words travel through a per-warp ring in shared memory (cp.async, ring_stages stages of
 // stage_tiles tiles, all but one in flight): deep enough to keep HBM busy without spending
 // registers on loads in flight. One 16-byte cp.async per lane moves 512 bytes per warp. Wider
-// tiles take fewer stages (each ring at most 2 KiB a warp), leaving room for the staged A. Up to
-// K = 4 a stage is 8 tiles in 2 slots (the same 2 KiB at K = 4 as 4 slots of 4 tiles): half the
+// tiles take fewer stages (each ring at most 3 KiB a warp), leaving room for the staged A. Up to
+// K = 6 a stage is 8 tiles in 2 slots (the same 2 KiB at K = 4 as 4 slots of 4 tiles): half the
 // per-stage work (the wait, the barrier, the next copies) a tile. Measured against 4-tile stages
 // (bench/results/2026-12-05-s15-h100): the fp16 linear at K = 4 2-4% faster at every shape and
 // 1-32 rows on the H200 (8192x28672 at 1 row 66.3 -> 64.0 us), 2-6% at K = 2-4 on the H100; 8B
 // decode with int8 off, batch 1-64, +1.7-4.3% (H200) and +1.4-3.4% (H100). Three slots of 8 tiles
 // gained less. At K = 5, 6, 8-tile stages (a 2.5-3 KiB ring) measured 4-13% faster at 1-8 rows
-// but have not yet run the GPU tests (that run's run4.sh).
+// (session 15, run 3; the 6-bit head 4096x128256 at 1 row 187.9 -> 166.1 us on the H100).
 __host__ __device__ constexpr int stage_tiles(int bits) { return bits <= 6 ? 8 : 4; }
 
 __host__ __device__ constexpr int ring_stages(int) { return 2; }
