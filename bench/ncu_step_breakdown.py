@@ -5,8 +5,8 @@ Usage: ncu_step_breakdown.py NCU.csv [STEPS]
 NCU.csv is the stdout of `ncu --clock-control none --metrics gpu__time_duration.sum --csv ...
 exl3-bench model ... --batch 1 --step-graphs off` (the run's own lines are skipped). A step is
 the launches after one sample_kernel (the sampler's last launch) up to and including the next;
-the last STEPS (default 3) full steps are summed by kernel (template arguments folded) and printed
-per step, largest first.
+the last STEPS (default 3) full steps are summed by kernel name (nested template brackets
+dropped) and printed per step, largest first.
 """
 import csv, re, sys, collections
 
@@ -47,8 +47,9 @@ def main():
     total = 0.0
     for a, b in zip(ends[-steps - 1:-1], ends[-steps:]):
         for n, us in ks[a + 1:b + 1]:
-            per[short(n)][0] += 1
-            per[short(n)][1] += us
+            entry = per[short(n)]
+            entry[0] += 1
+            entry[1] += us
             total += us
     print(f'{len(ks)} kernels; {steps} decode steps, {total / steps:.1f} us a step (kernel time only)')
     for n, (c, us) in sorted(per.items(), key=lambda x: -x[1][1]):

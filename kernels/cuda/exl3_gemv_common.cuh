@@ -102,7 +102,7 @@ __device__ __forceinline__ WarpWork warp_work(const GemvArgs& args, const GemvPr
 // One warp's stream of trellis stages: kTiles k-tiles of one n-tile each, n-tile after n-tile,
 // into ring slots of kStageWords words (kSlots slots, all but one in flight). Offsets within a
 // slice stay below 2^32 words (checked at launch).
-template <int kBits, int kTiles = stage_tiles(kBits), int kSlots = ring_stages(kBits)>
+template <int kBits, int kTiles = stage_tiles(kBits), int kSlots = kRingSlots>
 struct TrellisRing {
   static constexpr int kWords = trellis::tile_words(kBits);
   static constexpr int kChunksPerTile = kWords / 4;  // 16-byte cp.async chunks

@@ -27,10 +27,10 @@ __host__ __device__ constexpr int staged_words_per_tile(bool doubled) { return d
 // with one m-block.
 __host__ __device__ constexpr bool staged_doubled(bool mul1, int m_blocks) { return !mul1 && m_blocks == 1; }
 
-// Trellis words travel through a per-warp ring in shared memory (cp.async, ring_stages stages of
+// Trellis words travel through a per-warp ring in shared memory (cp.async, kRingSlots stages of
 // stage_tiles tiles, all but one in flight): deep enough to keep HBM busy without spending
-// registers on loads in flight. One 16-byte cp.async per lane moves 512 bytes per warp. Wider
-// tiles take fewer stages (each ring at most 3 KiB a warp), leaving room for the staged A. Up to
+// registers on loads in flight. One 16-byte cp.async per lane moves 512 bytes per warp. The ring
+// grows with K (at most 3 KiB a warp, at K = 6), leaving room for the staged A. Up to
 // K = 6 a stage is 8 tiles in 2 slots (the same 2 KiB at K = 4 as 4 slots of 4 tiles): half the
 // per-stage work (the wait, the barrier, the next copies) a tile. Measured against 4-tile stages
 // (bench/results/2026-12-05-s15-h100): the fp16 linear at K = 4 2-4% faster at every shape and
@@ -40,10 +40,10 @@ __host__ __device__ constexpr bool staged_doubled(bool mul1, int m_blocks) { ret
 // (session 15, run 3; the 6-bit head 4096x128256 at 1 row 187.9 -> 166.1 us on the H100).
 __host__ __device__ constexpr int stage_tiles(int bits) { return bits <= 6 ? 8 : 4; }
 
-__host__ __device__ constexpr int ring_stages(int) { return 2; }
+constexpr int kRingSlots = 2;
 
 __host__ __device__ constexpr int ring_words(int bits) {  // per warp: at most 3 KiB
-  return ring_stages(bits) * stage_tiles(bits) * tile_words(bits);
+  return kRingSlots * stage_tiles(bits) * tile_words(bits);
 }
 static_assert(ring_words(6) * 4 <= 3072 && ring_words(8) * 4 <= 2048);
 
