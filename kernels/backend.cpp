@@ -13,13 +13,17 @@ void Backend::linears(std::span<const LinearWeights* const> ws, const Tensor& x,
 }
 
 void Backend::gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, Tensor& gate_out,
-                           Tensor& up_out, Tensor& act) {
+                           Tensor& up_out, Tensor& act, InputHandoff* next) {
+  if (next != nullptr) next->prepared = false;  // the composition prepares nothing
   linear(gate, x, gate_out);
   linear(up, x, up_out);
   silu_mul(gate_out, up_out, act);
 }
 
-void Backend::linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual, NormHandoff*) {
+void Backend::linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual, NormHandoff* next,
+                         InputHandoff* input) {
+  if (next != nullptr) next->prepared = false;
+  if (input != nullptr) input->prepared = false;  // x itself is read
   linear(w, x, out);
   add(residual, out);
 }
@@ -33,10 +37,10 @@ void Backend::norm_linears(const Tensor& x, const Tensor& norm_weight, float eps
 
 void Backend::norm_gate_up_silu(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
                                 const LinearWeights& gate, const LinearWeights& up, Tensor& gate_out, Tensor& up_out,
-                                Tensor& act, NormHandoff* handoff) {
+                                Tensor& act, NormHandoff* handoff, InputHandoff* next) {
   if (handoff != nullptr) handoff->prepared = false;
   rms_norm(x, norm_weight, eps, h);
-  gate_up_silu(gate, up, h, gate_out, up_out, act);
+  gate_up_silu(gate, up, h, gate_out, up_out, act, next);
 }
 
 void Backend::rope_kv_write(Tensor& q, Tensor& k, const Tensor& v, const Tensor& inv_freq, float attention_scaling,

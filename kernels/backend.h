@@ -160,6 +160,21 @@ struct NormHandoff {
   std::array<const void*, 3> inputs{};
 };
 
+// What gate_up_silu / norm_gate_up_silu hand to the linear that reads their act next (the MLP's
+// down projection, through linear_add, given the same InputHandoff): the caller names that linear.
+// A backend whose gated product's pass also did that linear's input transform (CUDA, few rows: act
+// ⊙ suh, Hadamard, staged as its matmul takes it) sets `prepared`; linear_add then uses that work
+// and clears it. act is written either way. Backends that never prepare (CPU) leave it unset.
+struct InputHandoff {
+  const LinearWeights* linear = nullptr;
+  // Set by the backend: act (its data) the work was done for, its rows, and the backend's own
+  // record of the prepared input.
+  bool prepared = false;
+  const void* input = nullptr;
+  int64_t rows = 0;
+  const void* staged = nullptr;
+};
+
 // Device work recorded once and replayed without per-op host launches (CUDA: a graph).
 class StepGraph {
  public:
@@ -270,12 +285,16 @@ class Backend {
   virtual void linears(std::span<const LinearWeights* const> ws, const Tensor& x, std::span<Tensor> ys);
   // act = silu(x · gate) ⊙ (x · up); gate_out and up_out (A [rows, out]) are scratch the
   // composition may use.
+  // `next` (may be null): the linear that reads act next, whose input the backend may prepare
+  // (InputHandoff).
   virtual void gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, Tensor& gate_out,
-                            Tensor& up_out, Tensor& act);
+                            Tensor& up_out, Tensor& act, InputHandoff* next);
   // residual (F32) += x · w; out (F32, residual's shape) is scratch the composition may use. With
   // `next` (may be null), the norm op that reads the residual next may find its work done
-  // (NormHandoff).
-  virtual void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual, NormHandoff* next);
+  // (NormHandoff). `input` (may be null): what the gate_up_silu before prepared for this linear's
+  // x, taken and cleared (InputHandoff).
+  virtual void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual, NormHandoff* next,
+                          InputHandoff* input);
 
   // h = rms_norm(x, norm_weight, eps), then linears(ws, h, ys) / gate_up_silu(gate, up, h, ...): a
   // layer's norm and the linears that read it (CUDA, for a row or two: the matmul normalizes x as it
@@ -285,7 +304,7 @@ class Backend {
                             std::span<const LinearWeights* const> ws, std::span<Tensor> ys, NormHandoff* handoff);
   virtual void norm_gate_up_silu(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h,
                                  const LinearWeights& gate, const LinearWeights& up, Tensor& gate_out, Tensor& up_out,
-                                 Tensor& act, NormHandoff* handoff);
+                                 Tensor& act, NormHandoff* handoff, InputHandoff* next);
 
   // rope(q), rope(k), then kv_write(cache, k, v, meta): a step's positional rotation and cache write
   // (CUDA: one launch).

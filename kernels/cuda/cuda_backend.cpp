@@ -301,6 +301,16 @@ class CudaBackend final : public Backend {
     return &handoff->inputs;
   }
 
+  // What the gated product before prepared for this linear's x (InputHandoff), checked against the
+  // linear and x it is given, and cleared; null where nothing was prepared.
+  static const void* take_input_handoff(InputHandoff* input, const LinearWeights& w, const Tensor& x) {
+    if (input == nullptr || !input->prepared) return nullptr;
+    input->prepared = false;
+    const bool same = input->linear == &w && input->input == x.raw() && x.rank() == 2 && input->rows == x.dim(0);
+    EXL3_CHECK(same, "input hand-off: prepared for another linear or input");
+    return input->staged;
+  }
+
   void linear(const LinearWeights& w, const Tensor& x, Tensor& y) override { cuda_linear(linear_context(), w, x, y); }
 
   void linears(std::span<const LinearWeights* const> ws, const Tensor& x, std::span<Tensor> ys) override {
@@ -308,19 +318,36 @@ class CudaBackend final : public Backend {
   }
 
   // gate and up of x (with `norm`, of its fused RMSNorm) in one GEMV launch whose output pass forms
-  // the gated product; false, with nothing queued, where they do not fit it.
+  // the gated product, and with `next` stages the input of the linear that reads it where it can
+  // (cuda_input_handoff); false, with nothing queued, where they do not fit it.
   bool fused_gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, const Tensor& gate_out,
-                          Tensor& up_out, Tensor& act, const FusedNorm* norm) {
+                          Tensor& up_out, Tensor& act, const FusedNorm* norm, InputHandoff* next) {
+    if (next != nullptr) next->prepared = false;
     const LinearWeights* ws[] = {&gate, &up};
     Tensor ys[] = {act, up_out};  // the gated product lands in the first output
     const bool shaped = act.dtype() == DType::kF16 && act.shape() == gate_out.shape();
-    return shaped && cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kSiluMul, norm);
+    if (!shaped) return false;
+    const CudaLinearContext ctx = linear_context();
+    GemvInputHandoff h;
+    const bool hand_off = next != nullptr && next->linear != nullptr && act.rank() == 2 && gate.exl3.n == act.dim(1) &&
+                          cuda_input_handoff(ctx, *next->linear, act.dim(0), act.dim(1), h);
+    if (!cuda_fused_linears(ctx, ws, x, ys, GemvEpilogue::kSiluMul, norm, nullptr, nullptr,
+                            hand_off ? &h : nullptr)) {
+      return false;
+    }
+    if (hand_off) {
+      next->prepared = true;
+      next->input = act.raw();
+      next->rows = act.dim(0);
+      next->staged = h.staged;
+    }
+    return true;
   }
 
   void gate_up_silu(const LinearWeights& gate, const LinearWeights& up, const Tensor& x, Tensor& gate_out,
-                    Tensor& up_out, Tensor& act) override {
-    if (!fused_gate_up_silu(gate, up, x, gate_out, up_out, act, nullptr)) {
-      Backend::gate_up_silu(gate, up, x, gate_out, up_out, act);
+                    Tensor& up_out, Tensor& act, InputHandoff* next) override {
+    if (!fused_gate_up_silu(gate, up, x, gate_out, up_out, act, nullptr, next)) {
+      Backend::gate_up_silu(gate, up, x, gate_out, up_out, act, next);
     }
   }
 
@@ -333,12 +360,12 @@ class CudaBackend final : public Backend {
   }
 
   void norm_gate_up_silu(const Tensor& x, const Tensor& norm_weight, float eps, Tensor& h, const LinearWeights& gate,
-                         const LinearWeights& up, Tensor& gate_out, Tensor& up_out, Tensor& act,
-                         NormHandoff* handoff) override {
+                         const LinearWeights& up, Tensor& gate_out, Tensor& up_out, Tensor& act, NormHandoff* handoff,
+                         InputHandoff* next) override {
     const LinearWeights* ws[] = {&gate, &up};
     const FusedNorm norm{x, norm_weight, eps, take_handoff(handoff, x, norm_weight, ws)};
-    if (!fused_gate_up_silu(gate, up, h, gate_out, up_out, act, &norm)) {
-      Backend::norm_gate_up_silu(x, norm_weight, eps, h, gate, up, gate_out, up_out, act, nullptr);
+    if (!fused_gate_up_silu(gate, up, h, gate_out, up_out, act, &norm, next)) {
+      Backend::norm_gate_up_silu(x, norm_weight, eps, h, gate, up, gate_out, up_out, act, nullptr, next);
     }
   }
 
@@ -389,13 +416,16 @@ class CudaBackend final : public Backend {
 
   // With `next`, the output pass also does the next RMSNorm's work for its linears where it can
   // (cuda_linear_add_handoff).
-  void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual, NormHandoff* next) override {
+  // x may come staged by the gated product before (`input`, take_input_handoff).
+  void linear_add(const LinearWeights& w, const Tensor& x, Tensor& out, Tensor& residual, NormHandoff* next,
+                  InputHandoff* input) override {
+    const void* staged_x = take_input_handoff(input, w, x);
     if (next != nullptr) {
       next->prepared = false;
       std::array<const void*, 3> staged{};
       const std::span<const LinearWeights* const> consumers(next->linears.data(), static_cast<size_t>(next->count));
-      if (next->norm_weight != nullptr &&
-          cuda_linear_add_handoff(linear_context(), w, x, residual, *next->norm_weight, next->eps, consumers, staged)) {
+      if (next->norm_weight != nullptr && cuda_linear_add_handoff(linear_context(), w, x, residual, *next->norm_weight,
+                                                                  next->eps, consumers, staged, staged_x)) {
         next->prepared = true;
         next->residual = residual.raw();
         next->rows = x.dim(0);
@@ -405,9 +435,9 @@ class CudaBackend final : public Backend {
     }
     const LinearWeights* ws[] = {&w};
     Tensor ys[] = {residual};
-    if (residual.dtype() != DType::kF32 ||
-        !cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kAddResidual)) {
-      Backend::linear_add(w, x, out, residual, nullptr);
+    if (residual.dtype() != DType::kF32 || !cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kAddResidual,
+                                                               nullptr, nullptr, staged_x)) {
+      Backend::linear_add(w, x, out, residual, nullptr, nullptr);
     }
   }
 

@@ -139,9 +139,11 @@ void cuda_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Ten
 }
 
 bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeights* const> ws, const Tensor& x,
-                        std::span<Tensor> ys, GemvEpilogue epilogue, const FusedNorm* norm, const GemvRopeKv* rope) {
+                        std::span<Tensor> ys, GemvEpilogue epilogue, const FusedNorm* norm, const GemvRopeKv* rope,
+                        const void* staged_x, const GemvInputHandoff* next_input) {
   const int64_t m = x.rank() == 2 ? x.dim(0) : 0;
   if (m < 1 || m > kGemvMaxRows || ws.size() != ys.size() || ws.empty() || ws.size() > 3) return false;
+  EXL3_CHECK(staged_x == nullptr || (ws.size() == 1 && norm == nullptr), "a staged x takes one linear and no norm");
   if (norm != nullptr) {
     const int64_t dim = x.dim(1);
     if (m > (norm->staged != nullptr ? kGemvHandoffMaxRows : kGemvNormMaxRows) || norm->x.dtype() != DType::kF32 ||
@@ -153,7 +155,9 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
   for (size_t i = 0; i < ws.size(); ++i) {
     if (!ws[i]->is_exl3) return false;
     params[i] = checked_linear(ctx, *ws[i], x, ys[i]);
-    if (norm != nullptr && norm->staged != nullptr) {
+    if (staged_x != nullptr) {
+      params[i].staged_input = static_cast<const uint32_t*>(staged_x);
+    } else if (norm != nullptr && norm->staged != nullptr) {
       params[i].staged_input = static_cast<const uint32_t*>((*norm->staged)[i]);
     } else if (norm != nullptr) {
       params[i].norm_x = ptr<float>(norm->x);
@@ -164,13 +168,33 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
   const std::span<const Exl3LinearParams> ps(params.data(), ws.size());
   const int64_t floats = ctx.scratch_rows * ctx.scratch_features;
   if (!exl3_gemv_linears_fit(ps, floats)) return false;
-  launch_exl3_gemv_linears(ps, ctx.scratch_c, floats, epilogue, device_sm_count(), ctx.stream, rope);
+  launch_exl3_gemv_linears(ps, ctx.scratch_c, floats, epilogue, device_sm_count(), ctx.stream, rope, nullptr,
+                           next_input);
+  return true;
+}
+
+bool cuda_input_handoff(const CudaLinearContext& ctx, const LinearWeights& consumer, int64_t m, int64_t width,
+                        GemvInputHandoff& h) {
+  if (m < kGemvInputHandoffMinRows || m > kGemvHandoffMaxRows || ctx.handoff == nullptr || !consumer.is_exl3 ||
+      consumer.in_features != width || consumer.exl3.k != width) {
+    return false;
+  }
+  const Exl3LinearParams c = shape_params(ctx, consumer, m);
+  const int64_t floats = ctx.scratch_rows * ctx.scratch_features;
+  if (!exl3_gemv_linears_take_staged_input(std::span<const Exl3LinearParams>(&c, 1), floats, device_sm_count())) {
+    return false;
+  }
+  const GemvStagedLayout layout = gemv_staged_layout(m, width, c.codebook, c.int8_activations);
+  if (layout.problem_words() > ctx.handoff_words) return false;
+  h.layout = layout;
+  h.suh = c.suh;
+  h.staged = ctx.handoff;
   return true;
 }
 
 bool cuda_linear_add_handoff(const CudaLinearContext& ctx, const LinearWeights& w, const Tensor& x, Tensor& residual,
                              const Tensor& norm_weight, float eps, std::span<const LinearWeights* const> next,
-                             std::array<const void*, 3>& staged) {
+                             std::array<const void*, 3>& staged, const void* staged_x) {
   const int64_t m = x.rank() == 2 ? x.dim(0) : 0;
   if (m < kGemvHandoffMinRows || m > kGemvHandoffMaxRows || next.empty() || next.size() > 3 || !w.is_exl3 ||
       ctx.handoff == nullptr) {
@@ -195,7 +219,8 @@ bool cuda_linear_add_handoff(const CudaLinearContext& ctx, const LinearWeights& 
   }
   const GemvStagedLayout layout = gemv_staged_layout(m, dim, consumers[0].codebook, consumers[0].int8_activations);
   if (count * layout.problem_words() > ctx.handoff_words) return false;
-  const Exl3LinearParams p = checked_linear(ctx, w, x, residual);
+  Exl3LinearParams p = checked_linear(ctx, w, x, residual);
+  p.staged_input = static_cast<const uint32_t*>(staged_x);
   const std::span<const Exl3LinearParams> ps(&p, 1);
   if (!exl3_gemv_linears_fit(ps, floats)) return false;
   GemvNormHandoff h;

@@ -53,6 +53,9 @@ void cuda_linear(const CudaLinearContext& ctx, const LinearWeights& w, const Ten
 // up to kGemvNormMaxRows rows of an F32 norm.x, false otherwise. kRopeKvWrite takes `rope`.
 // With `staged` (a linear_add's hand-off, cuda_linear_add_handoff), each linear's input is
 // already staged: up to kGemvHandoffMaxRows rows, x, norm.x and norm.weight only checked.
+// `staged_x` (one linear, no norm; a gated product's hand-off, cuda_input_handoff): x is already
+// staged there, x only checked. `next_input` (kSiluMul): the output pass also stages the input of
+// the linear that reads the gated product (GemvInputHandoff).
 struct FusedNorm {
   const Tensor& x;
   const Tensor& weight;
@@ -61,15 +64,24 @@ struct FusedNorm {
 };
 bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeights* const> ws, const Tensor& x,
                         std::span<Tensor> ys, GemvEpilogue epilogue, const FusedNorm* norm = nullptr,
-                        const GemvRopeKv* rope = nullptr);
+                        const GemvRopeKv* rope = nullptr, const void* staged_x = nullptr,
+                        const GemvInputHandoff* next_input = nullptr);
+
+// The hand-off of a gated product of m rows and `width` columns to `consumer`, the linear that
+// reads it: its input, staged into ctx.handoff by the gated product's output pass, as `h`. False
+// where the rows (kGemvInputHandoffMinRows .. kGemvHandoffMaxRows), the shapes, the scratch, the
+// device or the consumer's launch (exl3_gemv_linears_take_staged_input) do not allow it.
+bool cuda_input_handoff(const CudaLinearContext& ctx, const LinearWeights& consumer, int64_t m, int64_t width,
+                        GemvInputHandoff& h);
 
 // Backend::linear_add (residual F32 += x · w) whose output pass also hands the residual's next
 // RMSNorm (norm_weight F32, eps) off to `next`, 1..3 EXL3 linears of the normed residual that one
 // grouped launch takes: their inputs are staged into ctx.handoff and their addresses set in
 // `staged`. True when queued; false, with nothing queued, where the rows (kGemvHandoffMinRows ..
 // kGemvHandoffMaxRows), the shapes, the scratch or the device do not allow it.
+// `staged_x` (may be null): x already staged (cuda_input_handoff).
 bool cuda_linear_add_handoff(const CudaLinearContext& ctx, const LinearWeights& w, const Tensor& x, Tensor& residual,
                              const Tensor& norm_weight, float eps, std::span<const LinearWeights* const> next,
-                             std::array<const void*, 3>& staged);
+                             std::array<const void*, 3>& staged, const void* staged_x);
 
 }  // namespace exl3

@@ -488,7 +488,7 @@ bool exl3_gemv_linear_fits(const Exl3LinearParams& p) {
 
 void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scratch, int64_t scratch_floats,
                               GemvEpilogue epilogue, int sm_count, cudaStream_t stream, const GemvRopeKv* rope,
-                              const GemvNormHandoff* handoff) {
+                              const GemvNormHandoff* handoff, const GemvInputHandoff* input_handoff) {
   EXL3_CHECK(!ps.empty() && static_cast<int>(ps.size()) <= kMaxProblems, "1..", kMaxProblems, " linears, got ",
              ps.size());
   EXL3_CHECK(same_kind(ps), "grouped linears must share x (or its fused RMSNorm), m, k, in_features, bits and codebook");
@@ -513,6 +513,8 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
              kGemvHandoffMaxRows, " rows and no fused RMSNorm, got ", p0.m);
   EXL3_CHECK(handoff == nullptr || (epilogue == GemvEpilogue::kAddResidual && ps.size() == 1),
              "a norm hand-off follows one linear into the residual");
+  EXL3_CHECK(input_handoff == nullptr || epilogue == GemvEpilogue::kSiluMul,
+             "an input hand-off follows a gated product");
   const int64_t columns = total_columns(ps);
   const int64_t max_slices = std::min<int64_t>(65535, scratch_floats / (p0.m * columns));
   const GemvGrid plan = grouped_plan(ps, scratch_floats, sm_count);
@@ -547,6 +549,10 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
   if (handoff != nullptr) {
     out.norm_handoff = true;
     out.handoff = *handoff;
+  }
+  if (input_handoff != nullptr) {
+    out.input_handoff = true;
+    out.next_input = *input_handoff;
   }
   if (staged_input) take_staged_inputs(ps, args);
   if (int8) {

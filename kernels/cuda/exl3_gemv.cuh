@@ -111,9 +111,25 @@ struct GemvNormHandoff {
 // outnumber the consumers).
 bool gemv_norm_handoff_fits(int64_t m, int64_t n, int consumers);
 
+// Rows for which a gated product's output pass hands off the input of the linear that reads it
+// (GemvInputHandoff): every row count of the few-rows path.
+constexpr int64_t kGemvInputHandoffMinRows = 1;
+
+// A gated product's hand-off of the next linear's input (kSiluMul): with fp16(silu(g) · u) in hand,
+// the output pass also does the input transform of the linear that reads it (⊙ suh, 128-point
+// Hadamard) into the staged layout its GEMV takes (`layout`; `staged` holds the staged words, then
+// the side tables), as launch_gemv_stage / launch_gemv_stage_int8 would; that linear then launches
+// with it as its staged_input. The gated product's n must be the consumer's k and in_features.
+struct GemvInputHandoff {
+  GemvStagedLayout layout;
+  const __half* suh = nullptr;
+  uint32_t* staged = nullptr;
+};
+
 void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scratch, int64_t scratch_floats,
                               GemvEpilogue epilogue, int sm_count, cudaStream_t stream,
-                              const GemvRopeKv* rope = nullptr, const GemvNormHandoff* handoff = nullptr);
+                              const GemvRopeKv* rope = nullptr, const GemvNormHandoff* handoff = nullptr,
+                              const GemvInputHandoff* input_handoff = nullptr);
 bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch_floats);
 // Whether they fit and their launch would take a staged input (staged_input): the int8 kernel's
 // two-block stages (int8_wide_stages_allowed, the planner's choice) stage their own slices.
@@ -140,6 +156,8 @@ struct GemvOutputArgs {
   GemvRopeKv rope;  // kRopeKvWrite
   bool norm_handoff = false;  // kAddResidual: `handoff` is taken (launch_gemv_output_norm)
   GemvNormHandoff handoff;
+  bool input_handoff = false;  // kSiluMul: `next_input` is staged too
+  GemvInputHandoff next_input;
 };
 
 void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream);

@@ -3,7 +3,8 @@
 // of them applies the 128-point Hadamard transform, ⊙ svh, + bias, and stores, adds into a
 // residual, combines gate and up into silu(gate) · up, or rotates q and k and writes the KV cache —
 // each exactly as the unfused ops would (launch_exl3_output_transform, add, silu_mul,
-// launch_rope_kv_write), so fusing changes no result. Few outputs (few
+// launch_rope_kv_write), so fusing changes no result. A gated product may also stage the input of
+// the linear that reads it (GemvInputHandoff), as its staging launch would. Few outputs (few
 // rows) spread each over 8 warps; many (32 rows) take one warp each, 8 to a block.
 #include <cuda_fp16.h>
 
@@ -14,6 +15,8 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/exl3_gemv.cuh"
+#include "kernels/cuda/exl3_gemv_common.cuh"
+#include "kernels/cuda/exl3_gemv_int8_quant.cuh"
 #include "kernels/cuda/exl3_gemv_output_common.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
 #include "kernels/cuda/paged_cache_slots.cuh"
@@ -73,11 +76,34 @@ __device__ __forceinline__ void rope_kv_store(const GemvRopeKv& r, int which, co
   for (int e = 0; e < wht128::kPerLane; ++e) slot[e] = out[e];
 }
 
+// kSiluMul with an input hand-off: the lane's 4 gated values a (fp16, columns col0 .. col0 + 3 of
+// `row`) ⊙ the consumer's suh (read before the wait), Hadamard, into its staged layout as its
+// staging launch would store them (rows past m of an fp16 m-block are not written: their products
+// are never stored). Every lane of the warp.
+__device__ __forceinline__ void stage_next_input(const GemvInputHandoff& h, int64_t m, int64_t k, int64_t row,
+                                                 int64_t block, int lane, const __half (&a)[wht128::kPerLane],
+                                                 const __half (&suh)[wht128::kPerLane]) {
+  float v[wht128::kPerLane];
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) v[e] = __half2float(__hmul(a[e], suh[e]));
+  gemv::transform_values(v, lane);
+  float* sides = reinterpret_cast<float*>(h.staged + h.layout.staged_words);
+  const int r = static_cast<int>(row);
+  if (h.layout.int8) {
+    gemv::store_int8_block(h.staged, sides, m, k, r, block, lane, v);
+  } else if (h.layout.doubled) {
+    gemv::store_staged_block<true>(h.staged, h.layout.row_sums ? sides : nullptr, k, r, block, lane, v);
+  } else {
+    gemv::store_staged_block<false>(h.staged, h.layout.row_sums ? sides : nullptr, k, r, block, lane, v);
+  }
+}
+
 // kWarps / groups outputs (row, 128-column block) per block: an output's `groups` warps sum the
 // slices in parallel, the first of them adds their sums (in a fixed order) and finishes. `outputs`:
-// the launch's total (warps past it only reach the barrier). kRope: the kRopeKvWrite epilogue, an
-// instance of its own, so that the other epilogues' code is what it was without it.
-template <bool kRope>
+// the launch's total (warps past it only reach the barrier). kRope: the kRopeKvWrite epilogue, and
+// kStageNext: kSiluMul with an input hand-off (args.next_input), each an instance of its own, so
+// that the other epilogues' code is what it was without them.
+template <bool kRope, bool kStageNext>
 __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs args, int groups, int64_t outputs) {
   allow_dependents();
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);
@@ -102,9 +128,14 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
   ColumnScales scales{};
   ColumnScales up_scales{};
   float freq[wht128::kPerLane] = {};
+  __half next_suh[wht128::kPerLane] = {};
   if (active && group == 0) {
     scales = column_scales(o, col0);
     if (silu) up_scales = column_scales(args.output[1], col0);
+    if constexpr (kStageNext) {
+#pragma unroll
+      for (int e = 0; e < wht128::kPerLane; ++e) next_suh[e] = args.next_input.suh[col0 + e];
+    }
     if constexpr (kRope) {
       if (which < 2) {
 #pragma unroll
@@ -147,13 +178,19 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
     sum_of_groups(part[1], warp, lane, groups, u);
     finish(args.output[1], up_scales, col0, lane, u);
     auto* act = static_cast<__half*>(o.y);
+    __half a[wht128::kPerLane];
 #pragma unroll
     for (int e = 0; e < wht128::kPerLane; ++e) {
       const int64_t col = col0 + e;
+      a[e] = __float2half_rn(0.0f);
       if (col >= o.out_features) continue;
       const float g = __half2float(__float2half_rn(v[e]));
       const float up = __half2float(__float2half_rn(u[e]));
-      act[row * o.out_features + col] = __float2half_rn(g / (1.0f + expf(-g)) * up);
+      a[e] = __float2half_rn(g / (1.0f + expf(-g)) * up);
+      act[row * o.out_features + col] = a[e];
+    }
+    if constexpr (kStageNext) {
+      stage_next_input(args.next_input, args.m, o.n, row, block % blocks_per_row, lane, a, next_suh);
     }
     return;
   }
@@ -211,6 +248,14 @@ void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream) {
                    args.output[0].out_features == args.output[1].out_features && !args.output[0].y_f32,
                "gemv output: silu-mul takes gate and up of one width and an F16 output");
   }
+  if (args.input_handoff) {
+    const GemvInputHandoff& h = args.next_input;
+    EXL3_CHECK(args.epilogue == GemvEpilogue::kSiluMul && h.suh != nullptr && h.staged != nullptr,
+               "gemv output: an input hand-off follows a gated product, with the consumer's suh and staging");
+    EXL3_CHECK(reinterpret_cast<uintptr_t>(h.staged) % 16 == 0, "gemv output: staged input must be 16-byte aligned");
+    EXL3_CHECK(h.layout.int8 ? args.m * args.output[0].n <= h.layout.staged_words : args.m <= 16 * h.layout.m_blocks,
+               "gemv output: the staged layout holds fewer than ", args.m, " rows");
+  }
   if (args.norm_handoff) {
     launch_gemv_output_norm(args, stream);
     return;
@@ -222,12 +267,13 @@ void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream) {
   const int64_t per_block = kWarps / groups;
   const int64_t grid = (blocks + per_block - 1) / per_block;
   EXL3_CHECK(grid <= std::numeric_limits<int32_t>::max(), "gemv output: too many blocks");
+  const dim3 grid3(static_cast<unsigned>(grid));
   if (args.epilogue == GemvEpilogue::kRopeKvWrite) {
-    launch_dependent(gemv_output_kernel<true>, dim3(static_cast<unsigned>(grid)), dim3(kThreads), stream, args, groups,
-                     blocks);
+    launch_dependent(gemv_output_kernel<true, false>, grid3, dim3(kThreads), stream, args, groups, blocks);
+  } else if (args.input_handoff) {
+    launch_dependent(gemv_output_kernel<false, true>, grid3, dim3(kThreads), stream, args, groups, blocks);
   } else {
-    launch_dependent(gemv_output_kernel<false>, dim3(static_cast<unsigned>(grid)), dim3(kThreads), stream, args, groups,
-                     blocks);
+    launch_dependent(gemv_output_kernel<false, false>, grid3, dim3(kThreads), stream, args, groups, blocks);
   }
 }
 

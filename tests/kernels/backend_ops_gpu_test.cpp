@@ -465,7 +465,7 @@ std::vector<Check> run_gate_up_silu(Backend& b, std::mt19937& rng, int64_t m, in
   const Tensor want = silu_mul_ref(rounded(exl3_reference(gate, x), a), rounded(exl3_reference(up, x), a));
   const LinearWeights gw = prepared(b, gate), uw = prepared(b, up);
   Tensor g = device_zeros(b, a, {m, 300}), u = device_zeros(b, a, {m, 300}), act = device_zeros(b, a, {m, 300});
-  b.gate_up_silu(gw, uw, to_device(b, to_dtype(x, a)), g, u, act);
+  b.gate_up_silu(gw, uw, to_device(b, to_dtype(x, a)), g, u, act, nullptr);
   return {{"act", to_host_f32(b, act), want, kExl3}};
 }
 
@@ -480,7 +480,7 @@ std::vector<Check> run_linear_add(Backend& b, std::mt19937& rng, int64_t m, int 
   const LinearWeights w = prepared(b, h);
   Tensor out = device_zeros(b, DType::kF32, {m, 200});
   Tensor res = to_device(b, residual);
-  b.linear_add(w, to_device(b, to_dtype(x, b.activation_dtype())), out, res, nullptr);
+  b.linear_add(w, to_device(b, to_dtype(x, b.activation_dtype())), out, res, nullptr, nullptr);
   return {{"residual", to_host_f32(b, res), want, kExl3}};
 }
 
@@ -502,7 +502,7 @@ std::vector<Check> run_norm_linears(Backend& b, std::mt19937& rng, int64_t m, in
     const Tensor want = silu_mul_ref(rounded(exl3_reference(gate, h_want), a), rounded(exl3_reference(up, h_want), a));
     const LinearWeights gw = prepared(b, gate), uw = prepared(b, up);
     Tensor g = device_zeros(b, a, {m, 300}), u = device_zeros(b, a, {m, 300}), act = device_zeros(b, a, {m, 300});
-    b.norm_gate_up_silu(x_dev, w_dev, kEps, h, gw, uw, g, u, act, nullptr);
+    b.norm_gate_up_silu(x_dev, w_dev, kEps, h, gw, uw, g, u, act, nullptr, nullptr);
     return {{"act", to_host_f32(b, act), want, kExl3}};
   }
   QkvLikeLinears l = qkv_like_linears(b, rng, m, bits, cb, h_want);
@@ -558,7 +558,7 @@ std::vector<Check> run_norm_handoff(Backend& b, std::mt19937& rng, const Handoff
   for (size_t i = 0; i < ws.size(); ++i) handoff.linears[i] = &ws[i];
   const std::span<const LinearWeights* const> ptrs(handoff.linears.data(), ws.size());
 
-  b.linear_add(wp, to_device(b, to_dtype(xp, a)), out, res, &handoff);
+  b.linear_add(wp, to_device(b, to_dtype(xp, a)), out, res, &handoff, nullptr);
   const bool prepared_it = handoff.prepared;
   EXPECT_EQ(prepared_it, b.device() == Device::kCuda && m >= kGemvHandoffMinRows) << "m " << m << " dim " << dim;
   std::vector<Check> checks = {{"residual", to_host_f32(b, res), res_want, budget}};
@@ -567,7 +567,7 @@ std::vector<Check> run_norm_handoff(Backend& b, std::mt19937& rng, const Handoff
     std::vector<Tensor> got;
     if (c.gated) {
       Tensor g = device_zeros(b, a, {m, 300}), u = device_zeros(b, a, {m, 300}), act = device_zeros(b, a, {m, 300});
-      b.norm_gate_up_silu(res, w_dev, kEps, h, ws[0], ws[1], g, u, act, with);
+      b.norm_gate_up_silu(res, w_dev, kEps, h, ws[0], ws[1], g, u, act, with, nullptr);
       got.push_back(to_host_f32(b, act));
     } else {
       std::vector<Tensor> ys;
@@ -605,6 +605,64 @@ void add_norm_handoff_cases(std::vector<OpCase>& cases) {
                                         "_m", m, "_d", dim),
                            [=](Backend& b, std::mt19937& rng) { return run_norm_handoff(b, rng, c, kExl3); }});
         }
+      }
+    }
+  }
+}
+
+// A gated product that hands the down projection its input (InputHandoff): gate_up_silu of x, then
+// linear_add (residual F32 += act · down) of its act. Against silu_mul_ref of the references, then
+// residual + exl3_linear_ref of the act it gives, and against the same linear_add run again without
+// the hand-off (the staged values are the same bits; only MUL1's row sums may add in another
+// order). CUDA with int8 activations off: the hand-off is taken at every row count of the few-rows
+// path; `int8` (a backend with them on, 3-8 rows): taken too; the CPU backend never takes it.
+struct InputHandoffCase {
+  int64_t m;
+  int64_t width;
+  Codebook codebook;
+};
+
+std::vector<Check> run_input_handoff(Backend& b, std::mt19937& rng, const InputHandoffCase& c, const Budget& budget) {
+  const DType a = b.activation_dtype();
+  const int64_t m = c.m, width = c.width;
+  const Tensor x = rounded(normal({m, 384}, rng), DType::kF16);
+  const Exl3Case gated_shape{384, width, 384, width, 4, c.codebook, m, false, false};
+  const HostLinear gate = random_exl3_linear(rng, gated_shape);
+  const HostLinear up = random_exl3_linear(rng, gated_shape);
+  const HostLinear down = random_exl3_linear(rng, {width, 256, width, 200, 4, c.codebook, m, true, true});
+  const Tensor act_want = silu_mul_ref(rounded(exl3_reference(gate, x), a), rounded(exl3_reference(up, x), a));
+  const Tensor r0 = normal({m, 200}, rng, 3.0f);
+
+  const LinearWeights gw = prepared(b, gate), uw = prepared(b, up), dw = prepared(b, down);
+  Tensor g = device_zeros(b, a, {m, width}), u = device_zeros(b, a, {m, width}), act = device_zeros(b, a, {m, width});
+  InputHandoff handoff{&dw};
+  b.gate_up_silu(gw, uw, to_device(b, to_dtype(x, a)), g, u, act, &handoff);
+  EXPECT_EQ(handoff.prepared, b.device() == Device::kCuda && m >= kGemvInputHandoffMinRows && m <= kGemvMaxRows)
+      << "m " << m << " width " << width;
+  const Tensor act_got = to_host_f32(b, act);
+  Tensor res_want = exl3_reference(down, rounded(act_got, a));
+  for (int64_t i = 0; i < res_want.numel(); ++i) res_want.mutable_data<float>()[i] += r0.data<float>()[i];
+
+  Tensor out = device_zeros(b, DType::kF32, {m, 200});
+  Tensor res = to_device(b, r0);
+  b.linear_add(dw, act, out, res, nullptr, &handoff);
+  EXPECT_FALSE(handoff.prepared) << "linear_add consumes the hand-off";
+  Tensor res_plain = to_device(b, r0);
+  b.linear_add(dw, act, out, res_plain, nullptr, nullptr);
+  const Tensor handed = to_host_f32(b, res);
+  return {{"act", act_got, act_want, budget},
+          {"residual", handed, res_want, budget},
+          {"residual_as_unhanded", handed, to_host_f32(b, res_plain), kF16Rounded}};
+}
+
+void add_input_handoff_cases(std::vector<OpCase>& cases) {
+  // 3INST stages doubled up to 16 rows; MUL1 with its row sums; 65 rows leave the few-rows path.
+  for (Codebook cb : {Codebook::k3Inst, Codebook::kMul1}) {
+    for (int64_t m : {1, 2, 5, 8, 17, 33, 64, 65}) {
+      for (int64_t width : {512, 1024}) {
+        const InputHandoffCase c{m, width, cb};
+        cases.push_back({absl::StrCat("gate_up_input_handoff_", codebook_name(cb), "_m", m, "_w", width),
+                         [=](Backend& b, std::mt19937& rng) { return run_input_handoff(b, rng, c, kExl3); }});
       }
     }
   }
@@ -951,7 +1009,7 @@ std::vector<Check> run_norm_qkv_rope_kv_write(Backend& b, std::mt19937& rng, int
   const LinearWeights wp = prepared(b, producer);
   if (handoff) {
     Tensor out = device_zeros(b, DType::kF32, {m, kDim});
-    b.linear_add(wp, to_device(b, to_dtype(xp, a)), out, x_dev, &hf);
+    b.linear_add(wp, to_device(b, to_dtype(xp, a)), out, x_dev, &hf, nullptr);
     EXPECT_EQ(hf.prepared, b.device() == Device::kCuda && m >= kGemvHandoffMinRows) << "m " << m;
   }
   b.norm_qkv_rope_kv_write(x_dev, w_dev, kEps, h, qkv, q, k, v, freq_dev, kScaling, cache, meta,
@@ -1016,6 +1074,7 @@ std::vector<OpCase> all_cases(Device device) {
   add_exl3_linear_cases(cases);
   add_fused_linear_cases(cases);
   add_norm_handoff_cases(cases);
+  add_input_handoff_cases(cases);
   add_dense_linear_cases(cases);
   add_attention_cases(cases);
   for (OpCase& c : cases) c.device = device;
@@ -1109,6 +1168,32 @@ TEST(CudaNormHandoff, Int8ActivationsMatchTheUnfusedPath) {
           EXPECT_TRUE(within(s, check.budget)) << name << " " << check.what << ": nmse " << s.nmse << " max_abs "
                                                << s.max_abs << ", " << s.nonfinite << " non-finite";
         }
+      }
+    }
+  }
+  ASSERT_TRUE(b.synchronize().ok());
+}
+
+// The gated product's input hand-off with int8 activations on (CUDA): the output pass quantizes the
+// down projection's input per 128 inputs as its staging would. 3-8 rows (1-2 rows may plan the
+// int8 kernel's two-block stages, which stage their own slices).
+TEST(CudaInputHandoff, Int8ActivationsMatchTheUnfusedPath) {
+  CudaBackendOptions options;
+  options.int8_activations = Int8Activations::kOn;
+  absl::StatusOr<std::unique_ptr<Backend>> made = make_cuda_backend(options);
+  ASSERT_TRUE(made.ok()) << made.status();
+  Backend& b = **made;
+  EXL3_CHECK_OK(b.reserve_scratch(kMaxRows, kMaxFeatures));
+  constexpr Budget kInt8{3e-4, 0.15};
+  for (int64_t m : {3, 5, 8}) {
+    for (int64_t width : {1024, 4096}) {
+      const std::string name = absl::StrCat("int8_input_handoff_m", m, "_w", width);
+      std::mt19937 rng(seed_of(name));
+      for (const Check& check : run_input_handoff(b, rng, {m, width, Codebook::kMul1}, kInt8)) {
+        const ErrorStats s = measure(check.got, check.want);
+        std::printf("%-40s %-20s nmse %.3g max_abs %.3g\n", name.c_str(), check.what.c_str(), s.nmse, s.max_abs);
+        EXPECT_TRUE(within(s, check.budget)) << name << " " << check.what << ": nmse " << s.nmse << " max_abs "
+                                             << s.max_abs << ", " << s.nonfinite << " non-finite";
       }
     }
   }

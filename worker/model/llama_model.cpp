@@ -319,7 +319,7 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, const DecoderLayer
       if (layer.gate.info().out_features > 0) {
         handoff = {&layer.post_norm, eps, {&layer.gate.weights(), &layer.up.weights()}, 2};
       }
-      be.linear_add(layer.o.weights(), attn2, proj, b.x, &handoff);
+      be.linear_add(layer.o.weights(), attn2, proj, b.x, &handoff, nullptr);
     }
   } else {
     be.zero(proj);
@@ -333,8 +333,10 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, const DecoderLayer
     Tensor gate = b.gate.view_bytes(0, b.gate.dtype(), {n, mlp});
     Tensor up = b.up.view_bytes(0, b.up.dtype(), {n, mlp});
     Tensor act = b.act.view_bytes(0, b.act.dtype(), {n, mlp});
+    // The down projection's input transform may be done in the gated product's pass (InputHandoff).
+    InputHandoff down_input{&layer.down.weights()};
     be.norm_gate_up_silu(b.x, layer.post_norm, eps, h, layer.gate.weights(), layer.up.weights(), gate, up, act,
-                         &handoff);
+                         &handoff, tensor_parallel ? nullptr : &down_input);
     if (tensor_parallel) {
       be.linear(layer.down.weights(), act, proj);
     } else {
@@ -343,7 +345,7 @@ absl::Status LlamaModel::run_layer(const DecoderLayer& layer, const DecoderLayer
       if (next != nullptr && next->heads > 0) {
         handoff = {&next->input_norm, eps, {&next->q.weights(), &next->k.weights(), &next->v.weights()}, 3};
       }
-      be.linear_add(layer.down.weights(), act, proj, b.x, &handoff);
+      be.linear_add(layer.down.weights(), act, proj, b.x, &handoff, &down_input);
     }
   } else {
     be.zero(proj);
