@@ -19,7 +19,7 @@ grep -h -B2 -A6 "Failure" $R/*.log | head -60 >> $S
 grep -h "FAIL" $R/backend_ops_gpu_test.log | head -20 >> $S
 grep -h "input_handoff" $R/backend_ops_gpu_test.log | grep -E "_m(1|8|64)_|int8" | head -40 >> $S
 ab() {  # variant mode batches tag
-  [ $SECONDS -lt 520 ] || { echo "ab $4 $1 skipped (time)" >> $S; return; }
+  [ $SECONDS -lt 430 ] || { echo "ab $4 $1 skipped (time)" >> $S; return; }
   timeout 90 $B/$1 model --model $M8 --backend cuda --prefill 128 --prefill-repeats 1 --batch $3 \
     --decode-steps $([ "${4#70b}" != "$4" ] && echo 16 || echo 64) --int8-activations $2 --json $R/ab-$4-$1.json > $R/ab-$4-$1.log 2>&1
   echo "ab $4 $1 rc $?" >> $S; grep -E 'decode batch' $R/ab-$4-$1.log | sed "s/^/  $4 $1 /" >> $S
@@ -33,7 +33,7 @@ for r in 1 2 3; do
   done
 done
 rm -rf $M8
-if [ $SECONDS -lt 380 ]; then
+if [ $SECONDS -lt 300 ]; then
   M8=/tmp/m70
   $B/exl3-bench make-model --shape llama-3.1-70b --out $M8 > $R/make-70b.log 2>&1; echo "make 70b rc $? at $SECONDS s" >> $S
   for v in exl3-bench-nohandoff exl3-bench; do ab $v auto 1,4 70b-auto; ab $v off 1 70b-off; done
