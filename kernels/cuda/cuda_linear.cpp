@@ -175,11 +175,12 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
 
 bool cuda_input_handoff(const CudaLinearContext& ctx, const LinearWeights& consumer, int64_t m, int64_t width,
                         GemvInputHandoff& h) {
-  if (m < kGemvInputHandoffMinRows || m > kGemvHandoffMaxRows || ctx.handoff == nullptr || !consumer.is_exl3 ||
+  if (m < 1 || m > kGemvInputHandoffMaxRows || ctx.handoff == nullptr || !consumer.is_exl3 ||
       consumer.in_features != width || consumer.exl3.k != width) {
     return false;
   }
   const Exl3LinearParams c = shape_params(ctx, consumer, m);
+  if (!c.int8_activations) return false;
   const int64_t floats = ctx.scratch_rows * ctx.scratch_features;
   if (!exl3_gemv_linears_take_staged_input(std::span<const Exl3LinearParams>(&c, 1), floats, device_sm_count())) {
     return false;

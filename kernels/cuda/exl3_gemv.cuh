@@ -111,15 +111,22 @@ struct GemvNormHandoff {
 // outnumber the consumers).
 bool gemv_norm_handoff_fits(int64_t m, int64_t n, int consumers);
 
-// Rows for which a gated product's output pass hands off the input of the linear that reads it
-// (GemvInputHandoff): every row count of the few-rows path.
-constexpr int64_t kGemvInputHandoffMinRows = 1;
+// Rows up to which a gated product's output pass hands off the int8 input of the linear that reads
+// it (GemvInputHandoff): those the int8 matmul would otherwise quantize in every block of a slice
+// (below kInt8PrestageMinRows, exl3_gemv_layout.cuh). Measured on the H100, 8B decode, three rounds
+// against the same tree without it (bench/results/2026-12-05-s17/): int8 auto batch 2 +4.0%, 4
+// +3.6%, 70B batch 4 +1.1%, batch 1 even. Handing off where a staging launch prestages the input
+// (int8 batch 8 -1.1%, fp16 batch 8 -1.5%, 64 +1.2%) or fp16 blocks stage it cheaply (batch 1-4
+// within +-0.8%) did not pay: the transform moves into the output pass, onto the critical path,
+// from a launch the dependent launches overlap.
+constexpr int64_t kGemvInputHandoffMaxRows = 4;
 
-// A gated product's hand-off of the next linear's input (kSiluMul): with fp16(silu(g) · u) in hand,
-// the output pass also does the input transform of the linear that reads it (⊙ suh, 128-point
-// Hadamard) into the staged layout its GEMV takes (`layout`; `staged` holds the staged words, then
-// the side tables), as launch_gemv_stage / launch_gemv_stage_int8 would; that linear then launches
-// with it as its staged_input. The gated product's n must be the consumer's k and in_features.
+// A gated product's hand-off of the next linear's input (kSiluMul, int8 activations): with
+// fp16(silu(g) · u) in hand, the output pass also does the input transform of the linear that reads
+// it (⊙ suh, 128-point Hadamard, int8 per 128 inputs) into the staged layout its int8 GEMV takes
+// (`layout`; `staged` holds the staged words, then the side tables), as launch_gemv_stage_int8
+// would; that linear then launches with it as its staged_input. The gated product's n must be the
+// consumer's k and in_features.
 struct GemvInputHandoff {
   GemvStagedLayout layout;
   const __half* suh = nullptr;

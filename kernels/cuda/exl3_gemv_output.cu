@@ -76,10 +76,11 @@ __device__ __forceinline__ void rope_kv_store(const GemvRopeKv& r, int which, co
   for (int e = 0; e < wht128::kPerLane; ++e) slot[e] = out[e];
 }
 
+static_assert(kGemvInputHandoffMaxRows < gemv::kInt8PrestageMinRows, "the hand-off serves the rows no launch prestages");
+
 // kSiluMul with an input hand-off: the lane's 4 gated values a (fp16, columns col0 .. col0 + 3 of
-// `row`) ⊙ the consumer's suh (read before the wait), Hadamard, into its staged layout as its
-// staging launch would store them (rows past m of an fp16 m-block are not written: their products
-// are never stored). Every lane of the warp.
+// `row`) ⊙ the consumer's suh (read before the wait), Hadamard, quantized into its int8 staged
+// layout as launch_gemv_stage_int8 would store them. Every lane of the warp.
 __device__ __forceinline__ void stage_next_input(const GemvInputHandoff& h, int64_t m, int64_t k, int64_t row,
                                                  int64_t block, int lane, const __half (&a)[wht128::kPerLane],
                                                  const __half (&suh)[wht128::kPerLane]) {
@@ -88,14 +89,7 @@ __device__ __forceinline__ void stage_next_input(const GemvInputHandoff& h, int6
   for (int e = 0; e < wht128::kPerLane; ++e) v[e] = __half2float(__hmul(a[e], suh[e]));
   gemv::transform_values(v, lane);
   float* sides = reinterpret_cast<float*>(h.staged + h.layout.staged_words);
-  const int r = static_cast<int>(row);
-  if (h.layout.int8) {
-    gemv::store_int8_block(h.staged, sides, m, k, r, block, lane, v);
-  } else if (h.layout.doubled) {
-    gemv::store_staged_block<true>(h.staged, h.layout.row_sums ? sides : nullptr, k, r, block, lane, v);
-  } else {
-    gemv::store_staged_block<false>(h.staged, h.layout.row_sums ? sides : nullptr, k, r, block, lane, v);
-  }
+  gemv::store_int8_block(h.staged, sides, m, k, static_cast<int>(row), block, lane, v);
 }
 
 // kWarps / groups outputs (row, 128-column block) per block: an output's `groups` warps sum the
@@ -253,8 +247,8 @@ void launch_gemv_output(const GemvOutputArgs& args, cudaStream_t stream) {
     EXL3_CHECK(args.epilogue == GemvEpilogue::kSiluMul && h.suh != nullptr && h.staged != nullptr,
                "gemv output: an input hand-off follows a gated product, with the consumer's suh and staging");
     EXL3_CHECK(reinterpret_cast<uintptr_t>(h.staged) % 16 == 0, "gemv output: staged input must be 16-byte aligned");
-    EXL3_CHECK(h.layout.int8 ? args.m * args.output[0].n <= h.layout.staged_words : args.m <= 16 * h.layout.m_blocks,
-               "gemv output: the staged layout holds fewer than ", args.m, " rows");
+    EXL3_CHECK(h.layout.int8 && args.m * args.output[0].n <= h.layout.staged_words,
+               "gemv output: an input hand-off takes the int8 layout of ", args.m, " rows");
   }
   if (args.norm_handoff) {
     launch_gemv_output_norm(args, stream);
