@@ -162,7 +162,7 @@ struct NormHandoff {
 
 // What gate_up_silu / norm_gate_up_silu hand to the linear that reads their act next (the MLP's
 // down projection, through linear_add, given the same InputHandoff): the caller names that linear.
-// A backend whose gated product's pass also did that linear's input transform (CUDA, 1-4 rows with
+// A backend whose gated product's pass also did that linear's input transform (CUDA, 2-4 rows with
 // int8 activations: act ⊙ suh, Hadamard, quantized as its int8 matmul takes it) sets `prepared`;
 // linear_add then uses that work and clears it. act is written either way. Backends that never prepare (CPU) leave it unset.
 struct InputHandoff {

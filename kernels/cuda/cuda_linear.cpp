@@ -175,7 +175,7 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
 
 bool cuda_input_handoff(const CudaLinearContext& ctx, const LinearWeights& consumer, int64_t m, int64_t width,
                         GemvInputHandoff& h) {
-  if (m < 1 || m > kGemvInputHandoffMaxRows || ctx.handoff == nullptr || !consumer.is_exl3 ||
+  if (m < kGemvInputHandoffMinRows || m > kGemvInputHandoffMaxRows || ctx.handoff == nullptr || !consumer.is_exl3 ||
       consumer.in_features != width || consumer.exl3.k != width) {
     return false;
   }

@@ -111,14 +111,16 @@ struct GemvNormHandoff {
 // outnumber the consumers).
 bool gemv_norm_handoff_fits(int64_t m, int64_t n, int consumers);
 
-// Rows up to which a gated product's output pass hands off the int8 input of the linear that reads
-// it (GemvInputHandoff): those the int8 matmul would otherwise quantize in every block of a slice
-// (below kInt8PrestageMinRows, exl3_gemv_layout.cuh). Measured on the H100, 8B decode, three rounds
-// against the same tree without it (bench/results/2026-12-05-s17/): int8 auto batch 2 +4.0%, 4
-// +3.6%, 70B batch 4 +1.1%, batch 1 even. Handing off where a staging launch prestages the input
-// (int8 batch 8 -1.1%, fp16 batch 8 -1.5%, 64 +1.2%) or fp16 blocks stage it cheaply (batch 1-4
-// within +-0.8%) did not pay: the transform moves into the output pass, onto the critical path,
-// from a launch the dependent launches overlap.
+// Rows for which a gated product's output pass hands off the int8 input of the linear that reads it
+// (GemvInputHandoff): 2 up to those the int8 matmul would otherwise quantize in every block of a
+// slice (below kInt8PrestageMinRows, exl3_gemv_layout.cuh). Measured on the H100, 8B decode with
+// int8 auto against the same tree without it (bench/results/2026-12-05-s17/, runs 1-3): batch 2
+// +4.0%, +3.9%, +3.2%; batch 3 +5.4%; batch 4 +3.6%, +1.1%; 70B batch 4 +1.1%. Not kept: batch 1
+// (+0.1%, -1.2%, -0.6%: one row's quantization costs a block little), and where a staging launch
+// prestages the input (int8 batch 8 -1.1%, fp16 batch 8 -1.5%, 64 +1.2%) or fp16 blocks stage it
+// (batch 1-4 within +-0.8%): the transform moves into the output pass, onto the critical path,
+// from work the dependent launches overlap.
+constexpr int64_t kGemvInputHandoffMinRows = 2;
 constexpr int64_t kGemvInputHandoffMaxRows = 4;
 
 // A gated product's hand-off of the next linear's input (kSiluMul, int8 activations): with

@@ -1176,9 +1176,9 @@ TEST(CudaNormHandoff, Int8ActivationsMatchTheUnfusedPath) {
 }
 
 // The gated product's input hand-off with int8 activations on (CUDA): the output pass quantizes the
-// down projection's input per 128 inputs as its staging would, at 3-4 rows (kGemvInputHandoffMaxRows);
-// at 1-2 rows where the plan gives the int8 kernel one-block stages (two-block stages quantize
-// their own slices); never from 5 rows, where a launch prestages it.
+// down projection's input per 128 inputs as its staging would, at 3-4 rows; at 2 rows where the
+// plan gives the int8 kernel one-block stages (two-block stages quantize their own slices); never
+// at 1 row or from 5, where a launch prestages it (kGemvInputHandoffMinRows, ...MaxRows).
 TEST(CudaInputHandoff, Int8ActivationsMatchTheUnfusedPath) {
   CudaBackendOptions options;
   options.int8_activations = Int8Activations::kOn;
@@ -1192,7 +1192,7 @@ TEST(CudaInputHandoff, Int8ActivationsMatchTheUnfusedPath) {
       const std::string name = absl::StrCat("int8_input_handoff_m", m, "_w", width);
       std::mt19937 rng(seed_of(name));
       std::optional<bool> taken;
-      if (m > 2) taken = m <= kGemvInputHandoffMaxRows;
+      if (m != 2) taken = m >= kGemvInputHandoffMinRows && m <= kGemvInputHandoffMaxRows;
       for (const Check& check : run_input_handoff(b, rng, {m, width, Codebook::kMul1, taken}, kInt8)) {
         const ErrorStats s = measure(check.got, check.want);
         std::printf("%-40s %-20s nmse %.3g max_abs %.3g\n", name.c_str(), check.what.c_str(), s.nmse, s.max_abs);
