@@ -615,12 +615,15 @@ void add_norm_handoff_cases(std::vector<OpCase>& cases) {
 // then linear_add (residual F32 += act · down) of its act. Against silu_mul_ref of the references,
 // then residual + exl3_linear_ref of the act it gives, and against the same linear_add run again
 // without the hand-off (the staged input holds the same bits). `taken`: whether the hand-off must
-// be prepared (unset: either).
+// be prepared (unset: either). `norm_next`: the linear_add also hands the next RMSNorm off to a
+// linear of the new residual (both hand-offs in one linear_add, as the model's down projection
+// does), checked against the same norm_linears after the plain linear_add.
 struct InputHandoffCase {
   int64_t m;
   int64_t width;
   Codebook codebook;
   std::optional<bool> taken;
+  bool norm_next = false;
 };
 
 std::vector<Check> run_input_handoff(Backend& b, std::mt19937& rng, const InputHandoffCase& c, const Budget& budget) {
@@ -630,9 +633,21 @@ std::vector<Check> run_input_handoff(Backend& b, std::mt19937& rng, const InputH
   const Exl3Case gated_shape{384, width, 384, width, 4, c.codebook, m, false, false};
   const HostLinear gate = random_exl3_linear(rng, gated_shape);
   const HostLinear up = random_exl3_linear(rng, gated_shape);
-  const HostLinear down = random_exl3_linear(rng, {width, 256, width, 200, 4, c.codebook, m, true, true});
+  const int64_t dim = c.norm_next ? 256 : 200;  // the residual's width (a norm hand-off takes all of n)
+  const HostLinear down = random_exl3_linear(rng, {width, 256, width, dim, 4, c.codebook, m, true, true});
   const Tensor act_want = silu_mul_ref(rounded(exl3_reference(gate, x), a), rounded(exl3_reference(up, x), a));
-  const Tensor r0 = normal({m, 200}, rng, 3.0f);
+  const Tensor r0 = normal({m, dim}, rng, 3.0f);
+  constexpr float kEps = 1e-5f;
+  const Tensor norm_weight = to_device(b, uniform({dim}, rng, 0.5f, 1.5f));
+  const LinearWeights nw = prepared(b, random_exl3_linear(rng, {256, 128, dim, 100, 4, c.codebook, m, false, false}));
+  const LinearWeights* next_ptrs[] = {&nw};
+  // The next linear of the residual's RMSNorm (with `with`, the linear_add's hand-off), host F32.
+  const auto norm_then_linear = [&](const Tensor& residual, NormHandoff* with) {
+    Tensor h = device_zeros(b, a, {m, dim});
+    Tensor ys[] = {device_zeros(b, a, {m, 100})};
+    b.norm_linears(residual, norm_weight, kEps, h, next_ptrs, ys, with);
+    return to_host_f32(b, ys[0]);
+  };
 
   const LinearWeights gw = prepared(b, gate), uw = prepared(b, up), dw = prepared(b, down);
   Tensor g = device_zeros(b, a, {m, width}), u = device_zeros(b, a, {m, width}), act = device_zeros(b, a, {m, width});
@@ -645,16 +660,23 @@ std::vector<Check> run_input_handoff(Backend& b, std::mt19937& rng, const InputH
   Tensor res_want = exl3_reference(down, rounded(act_got, a));
   for (int64_t i = 0; i < res_want.numel(); ++i) res_want.mutable_data<float>()[i] += r0.data<float>()[i];
 
-  Tensor out = device_zeros(b, DType::kF32, {m, 200});
+  Tensor out = device_zeros(b, DType::kF32, {m, dim});
   Tensor res = to_device(b, r0);
-  b.linear_add(dw, act, out, res, nullptr, &handoff);
+  NormHandoff norm_handoff{&norm_weight, kEps, {&nw}, 1};
+  b.linear_add(dw, act, out, res, c.norm_next ? &norm_handoff : nullptr, &handoff);
   EXPECT_FALSE(handoff.prepared) << "linear_add consumes the hand-off";
+  const Tensor handed = to_host_f32(b, res);
   Tensor res_plain = to_device(b, r0);
   b.linear_add(dw, act, out, res_plain, nullptr, nullptr);
-  const Tensor handed = to_host_f32(b, res);
-  return {{"act", act_got, act_want, budget},
-          {"residual", handed, res_want, budget},
-          {"residual_as_unhanded", handed, to_host_f32(b, res_plain), kF16Rounded}};
+  std::vector<Check> checks = {{"act", act_got, act_want, budget},
+                               {"residual", handed, res_want, budget},
+                               {"residual_as_unhanded", handed, to_host_f32(b, res_plain), kF16Rounded}};
+  if (c.norm_next) {
+    const Tensor next = norm_then_linear(res, &norm_handoff);
+    EXPECT_FALSE(norm_handoff.prepared) << "the norm op consumes its hand-off";
+    checks.push_back({"next_as_unhanded", next, norm_then_linear(res_plain, nullptr), budget});
+  }
+  return checks;
 }
 
 void add_input_handoff_cases(std::vector<OpCase>& cases) {
@@ -662,9 +684,11 @@ void add_input_handoff_cases(std::vector<OpCase>& cases) {
   // still take the InputHandoff and give the plain results (few rows, the cuBLAS path at 129).
   for (Codebook cb : {Codebook::k3Inst, Codebook::kMul1}) {
     for (int64_t m : {1, 3, 129}) {
-      const InputHandoffCase c{m, 512, cb, false};
-      cases.push_back({absl::StrCat("gate_up_input_handoff_", codebook_name(cb), "_m", m),
-                       [=](Backend& b, std::mt19937& rng) { return run_input_handoff(b, rng, c, kExl3); }});
+      for (bool norm_next : {false, true}) {
+        const InputHandoffCase c{m, 512, cb, false, norm_next};
+        cases.push_back({absl::StrCat("gate_up_input_handoff_", codebook_name(cb), "_m", m, norm_next ? "_norm" : ""),
+                         [=](Backend& b, std::mt19937& rng) { return run_input_handoff(b, rng, c, kExl3); }});
+      }
     }
   }
 }
@@ -1193,7 +1217,8 @@ TEST(CudaInputHandoff, Int8ActivationsMatchTheUnfusedPath) {
       std::mt19937 rng(seed_of(name));
       std::optional<bool> taken;
       if (m != 2) taken = m >= kGemvInputHandoffMinRows && m <= kGemvInputHandoffMaxRows;
-      for (const Check& check : run_input_handoff(b, rng, {m, width, Codebook::kMul1, taken}, kInt8)) {
+      // From 2 rows the down projection also hands the next norm off (both in one linear_add).
+      for (const Check& check : run_input_handoff(b, rng, {m, width, Codebook::kMul1, taken, m >= 2}, kInt8)) {
         const ErrorStats s = measure(check.got, check.want);
         std::printf("%-40s %-20s nmse %.3g max_abs %.3g\n", name.c_str(), check.what.c_str(), s.nmse, s.max_abs);
         EXPECT_TRUE(within(s, check.budget)) << name << " " << check.what << ": nmse " << s.nmse << " max_abs "
