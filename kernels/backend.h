@@ -164,7 +164,8 @@ struct NormHandoff {
 // down projection, through linear_add, given the same InputHandoff): the caller names that linear.
 // A backend whose gated product's pass also did that linear's input transform (CUDA, 2-4 rows with
 // int8 activations: act ⊙ suh, Hadamard, quantized as its int8 matmul takes it) sets `prepared`;
-// linear_add then uses that work and clears it. act is written either way. Backends that never prepare (CPU) leave it unset.
+// linear_add then uses that work and clears it. act is written either way. Backends that never
+// prepare (CPU) leave it unset.
 struct InputHandoff {
   const LinearWeights* linear = nullptr;
   // Set by the backend: act (its data) the work was done for, its rows, and the backend's own

@@ -331,8 +331,7 @@ class CudaBackend final : public Backend {
     GemvInputHandoff h;
     const bool hand_off = next != nullptr && next->linear != nullptr && act.rank() == 2 && gate.exl3.n == act.dim(1) &&
                           cuda_input_handoff(ctx, *next->linear, act.dim(0), act.dim(1), h);
-    if (!cuda_fused_linears(ctx, ws, x, ys, GemvEpilogue::kSiluMul, norm, nullptr, nullptr,
-                            hand_off ? &h : nullptr)) {
+    if (!cuda_fused_linears(ctx, ws, x, ys, GemvEpilogue::kSiluMul, norm, nullptr, nullptr, hand_off ? &h : nullptr)) {
       return false;
     }
     if (hand_off) {
@@ -435,8 +434,8 @@ class CudaBackend final : public Backend {
     }
     const LinearWeights* ws[] = {&w};
     Tensor ys[] = {residual};
-    if (residual.dtype() != DType::kF32 || !cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kAddResidual,
-                                                               nullptr, nullptr, staged_x)) {
+    if (residual.dtype() != DType::kF32 ||
+        !cuda_fused_linears(linear_context(), ws, x, ys, GemvEpilogue::kAddResidual, nullptr, nullptr, staged_x)) {
       Backend::linear_add(w, x, out, residual, nullptr, nullptr);
     }
   }

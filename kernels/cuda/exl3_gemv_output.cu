@@ -76,7 +76,8 @@ __device__ __forceinline__ void rope_kv_store(const GemvRopeKv& r, int which, co
   for (int e = 0; e < wht128::kPerLane; ++e) slot[e] = out[e];
 }
 
-static_assert(kGemvInputHandoffMaxRows < gemv::kInt8PrestageMinRows, "the hand-off serves the rows no launch prestages");
+static_assert(kGemvInputHandoffMaxRows < gemv::kInt8PrestageMinRows,
+              "the hand-off serves the rows no launch prestages");
 
 // kSiluMul with an input hand-off: the lane's 4 gated values a (fp16, columns col0 .. col0 + 3 of
 // `row`) ⊙ the consumer's suh (read before the wait), Hadamard, quantized into its int8 staged
