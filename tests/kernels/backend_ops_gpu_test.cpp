@@ -1171,32 +1171,49 @@ std::string case_name(const ::testing::TestParamInfo<OpCase>& info) { return inf
 INSTANTIATE_TEST_SUITE_P(Cuda, BackendOps, ::testing::ValuesIn(all_cases(Device::kCuda)), case_name);
 INSTANTIATE_TEST_SUITE_P(Cpu, BackendOps, ::testing::ValuesIn(all_cases(Device::kCpu)), case_name);
 
-// The hand-off with int8 activations on (CUDA): the output pass quantizes each consumer's input per
-// 128 inputs as their matmul would (kernels/int8_activations.h). Against the same norm op without
-// the hand-off and the fp references, within int8's error (~0.6% relative rms per quantized block).
-TEST(CudaNormHandoff, Int8ActivationsMatchTheUnfusedPath) {
+// Int8 activations' error budget: ~0.6% relative rms per quantized block of 128 inputs.
+constexpr Budget kInt8{3e-4, 0.15};
+
+// A CUDA backend with int8 activations on and the suite's scratch; null (a failure recorded) if
+// none can be made.
+std::unique_ptr<Backend> int8_cuda_backend() {
   CudaBackendOptions options;
   options.int8_activations = Int8Activations::kOn;
   absl::StatusOr<std::unique_ptr<Backend>> made = make_cuda_backend(options);
-  ASSERT_TRUE(made.ok()) << made.status();
-  Backend& b = **made;
-  EXL3_CHECK_OK(b.reserve_scratch(kMaxRows, kMaxFeatures));
-  constexpr Budget kInt8{3e-4, 0.15};
+  if (!made.ok()) {
+    ADD_FAILURE() << made.status();
+    return nullptr;
+  }
+  EXL3_CHECK_OK((*made)->reserve_scratch(kMaxRows, kMaxFeatures));
+  return std::move(*made);
+}
+
+// Prints each check of case `name` and expects it within its budget.
+void expect_checks(const std::string& name, const std::vector<Check>& checks) {
+  for (const Check& check : checks) {
+    const ErrorStats s = measure(check.got, check.want);
+    std::printf("%-40s %-20s nmse %.3g max_abs %.3g\n", name.c_str(), check.what.c_str(), s.nmse, s.max_abs);
+    EXPECT_TRUE(within(s, check.budget)) << name << " " << check.what << ": nmse " << s.nmse << " max_abs "
+                                         << s.max_abs << ", " << s.nonfinite << " non-finite";
+  }
+}
+
+// The hand-off with int8 activations on (CUDA): the output pass quantizes each consumer's input per
+// 128 inputs as their matmul would (kernels/int8_activations.h). Against the same norm op without
+// the hand-off and the fp references, within int8's error.
+TEST(CudaNormHandoff, Int8ActivationsMatchTheUnfusedPath) {
+  const std::unique_ptr<Backend> b = int8_cuda_backend();
+  ASSERT_NE(b, nullptr);
   for (int64_t m : {3, 5, 8}) {
     for (int64_t dim : {1024, 4096}) {
       for (bool gated : {false, true}) {
         const std::string name = absl::StrCat("int8_handoff_", gated ? "gate_up" : "linears", "_m", m, "_d", dim);
         std::mt19937 rng(seed_of(name));
-        for (const Check& check : run_norm_handoff(b, rng, {m, dim, Codebook::kMul1, gated}, kInt8)) {
-          const ErrorStats s = measure(check.got, check.want);
-          std::printf("%-40s %-14s nmse %.3g max_abs %.3g\n", name.c_str(), check.what.c_str(), s.nmse, s.max_abs);
-          EXPECT_TRUE(within(s, check.budget)) << name << " " << check.what << ": nmse " << s.nmse << " max_abs "
-                                               << s.max_abs << ", " << s.nonfinite << " non-finite";
-        }
+        expect_checks(name, run_norm_handoff(*b, rng, {m, dim, Codebook::kMul1, gated}, kInt8));
       }
     }
   }
-  ASSERT_TRUE(b.synchronize().ok());
+  ASSERT_TRUE(b->synchronize().ok());
 }
 
 // The gated product's input hand-off with int8 activations on (CUDA): the output pass quantizes the
@@ -1204,13 +1221,8 @@ TEST(CudaNormHandoff, Int8ActivationsMatchTheUnfusedPath) {
 // plan gives the int8 kernel one-block stages (two-block stages quantize their own slices); never
 // at 1 row or from 5, where a launch prestages it (kGemvInputHandoffMinRows, ...MaxRows).
 TEST(CudaInputHandoff, Int8ActivationsMatchTheUnfusedPath) {
-  CudaBackendOptions options;
-  options.int8_activations = Int8Activations::kOn;
-  absl::StatusOr<std::unique_ptr<Backend>> made = make_cuda_backend(options);
-  ASSERT_TRUE(made.ok()) << made.status();
-  Backend& b = **made;
-  EXL3_CHECK_OK(b.reserve_scratch(kMaxRows, kMaxFeatures));
-  constexpr Budget kInt8{3e-4, 0.15};
+  const std::unique_ptr<Backend> b = int8_cuda_backend();
+  ASSERT_NE(b, nullptr);
   for (int64_t m : {1, 2, 3, 4, 5, 8}) {
     for (int64_t width : {1024, 4096}) {
       const std::string name = absl::StrCat("int8_input_handoff_m", m, "_w", width);
@@ -1218,15 +1230,10 @@ TEST(CudaInputHandoff, Int8ActivationsMatchTheUnfusedPath) {
       std::optional<bool> taken;
       if (m != 2) taken = m >= kGemvInputHandoffMinRows && m <= kGemvInputHandoffMaxRows;
       // From 2 rows the down projection also hands the next norm off (both in one linear_add).
-      for (const Check& check : run_input_handoff(b, rng, {m, width, Codebook::kMul1, taken, m >= 2}, kInt8)) {
-        const ErrorStats s = measure(check.got, check.want);
-        std::printf("%-40s %-20s nmse %.3g max_abs %.3g\n", name.c_str(), check.what.c_str(), s.nmse, s.max_abs);
-        EXPECT_TRUE(within(s, check.budget)) << name << " " << check.what << ": nmse " << s.nmse << " max_abs "
-                                             << s.max_abs << ", " << s.nonfinite << " non-finite";
-      }
+      expect_checks(name, run_input_handoff(*b, rng, {m, width, Codebook::kMul1, taken, m >= 2}, kInt8));
     }
   }
-  ASSERT_TRUE(b.synchronize().ok());
+  ASSERT_TRUE(b->synchronize().ok());
 }
 
 // ---- Memory, uploads and conversions -------------------------------------------------------------
