@@ -16,7 +16,6 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_gemv_common.cuh"
-#include "kernels/cuda/exl3_gemv_int8_quant.cuh"
 #include "kernels/cuda/exl3_gemv_output_common.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
 #include "kernels/cuda/paged_cache_slots.cuh"
@@ -78,20 +77,6 @@ __device__ __forceinline__ void rope_kv_store(const GemvRopeKv& r, int which, co
 
 static_assert(kGemvInputHandoffMaxRows < gemv::kInt8PrestageMinRows,
               "the hand-off serves the rows no launch prestages");
-
-// kSiluMul with an input hand-off: the lane's 4 gated values a (fp16, columns col0 .. col0 + 3 of
-// `row`) ⊙ the consumer's suh (read before the wait), Hadamard, quantized into its int8 staged
-// layout as launch_gemv_stage_int8 would store them. Every lane of the warp.
-__device__ __forceinline__ void stage_next_input(const GemvInputHandoff& h, int64_t m, int64_t k, int64_t row,
-                                                 int64_t block, int lane, const __half (&a)[wht128::kPerLane],
-                                                 const __half (&suh)[wht128::kPerLane]) {
-  float v[wht128::kPerLane];
-#pragma unroll
-  for (int e = 0; e < wht128::kPerLane; ++e) v[e] = __half2float(__hmul(a[e], suh[e]));
-  gemv::transform_values(v, lane);
-  float* sides = reinterpret_cast<float*>(h.staged + h.layout.staged_words);
-  gemv::store_int8_block(h.staged, sides, m, k, static_cast<int>(row), block, lane, v);
-}
 
 // kWarps / groups outputs (row, 128-column block) per block: an output's `groups` warps sum the
 // slices in parallel, the first of them adds their sums (in a fixed order) and finishes. `outputs`:
@@ -184,8 +169,9 @@ __global__ void __launch_bounds__(kThreads) gemv_output_kernel(GemvOutputArgs ar
       a[e] = __float2half_rn(g / (1.0f + expf(-g)) * up);
       act[row * o.out_features + col] = a[e];
     }
-    if constexpr (kStageNext) {
-      stage_next_input(args.next_input, args.m, o.n, row, block % blocks_per_row, lane, a, next_suh);
+    if constexpr (kStageNext) {  // int8 only (launch_gemv_output checks the layout)
+      const GemvInputHandoff& h = args.next_input;
+      stage_input_block<true, false>(h.layout, h.staged, args.m, o.n, row, block % blocks_per_row, lane, a, next_suh);
     }
     return;
   }

@@ -1,6 +1,7 @@
 // The steps every output pass of the few-rows EXL3 linears shares (exl3_gemv_output.cu,
-// exl3_gemv_output_norm.cu): summing an output's k-slice partial products and finishing a 128-column
-// block (Hadamard, ⊙ svh, + bias), as launch_exl3_output_transform does.
+// exl3_gemv_output_norm.cu): summing an output's k-slice partial products, finishing a 128-column
+// block (Hadamard, ⊙ svh, + bias), as launch_exl3_output_transform does, and staging a block of
+// the next linear's input (the hand-offs).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -8,6 +9,8 @@
 #include <cstdint>
 
 #include "kernels/cuda/exl3_gemv.cuh"
+#include "kernels/cuda/exl3_gemv_common.cuh"
+#include "kernels/cuda/exl3_gemv_int8_quant.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
 
 namespace exl3::gemv_output {
@@ -83,6 +86,29 @@ __device__ __forceinline__ void finish(const GemvOutput& o, const ColumnScales& 
     float out = v[e] * wht128::kScale * s.svh[e];
     if (o.bias != nullptr && col0 + e < o.out_features) out += s.bias[e];
     v[e] = out;
+  }
+}
+
+// A hand-off's staging of the next linear's input: the lane's 4 fp16 inputs x (of `row`, 128-input
+// block `block` of k) ⊙ that linear's suh, Hadamard, stored in its staged layout (`staged`: the
+// words, then `layout`'s side tables) as launch_gemv_stage / launch_gemv_stage_int8 would: int8 q
+// and its scales (kInt8), or fp16 A (kDoubled: the doubled layout) with MUL1's row sums where the
+// layout keeps them. Every lane of the warp.
+template <bool kInt8, bool kDoubled>
+__device__ __forceinline__ void stage_input_block(const GemvStagedLayout& layout, uint32_t* staged, int64_t m,
+                                                  int64_t k, int64_t row, int64_t block, int lane,
+                                                  const __half (&x)[wht128::kPerLane],
+                                                  const __half (&suh)[wht128::kPerLane]) {
+  float v[wht128::kPerLane];
+#pragma unroll
+  for (int e = 0; e < wht128::kPerLane; ++e) v[e] = __half2float(__hmul(x[e], suh[e]));
+  gemv::transform_values(v, lane);
+  float* sides = reinterpret_cast<float*>(staged + layout.staged_words);
+  if constexpr (kInt8) {
+    gemv::store_int8_block(staged, sides, m, k, static_cast<int>(row), block, lane, v);
+  } else {
+    gemv::store_staged_block<kDoubled>(staged, layout.row_sums ? sides : nullptr, k, static_cast<int>(row), block,
+                                       lane, v);
   }
 }
 

@@ -18,8 +18,6 @@
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/exl3_gemv.cuh"
-#include "kernels/cuda/exl3_gemv_common.cuh"
-#include "kernels/cuda/exl3_gemv_int8_quant.cuh"
 #include "kernels/cuda/exl3_gemv_output_common.cuh"
 #include "kernels/cuda/exl3_wht128.cuh"
 
@@ -178,18 +176,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < wht128::kPerLane; ++e) suh[e] = next[col0 + e];
     }
-    float v[wht128::kPerLane];
-#pragma unroll
-    for (int e = 0; e < wht128::kPerLane; ++e) v[e] = __half2float(__hmul(h[e], suh[e]));
-    gemv::transform_values(v, lane);
-    uint32_t* staged = consumer_staged(hf, consumer);
-    float* sides = reinterpret_cast<float*>(staged + hf.layout.staged_words);
-    if constexpr (kInt8) {
-      gemv::store_int8_block(staged, sides, args.m, o.n, static_cast<int>(row), block, lane, v);
-    } else {
-      gemv::store_staged_block<kDoubled>(staged, hf.layout.row_sums ? sides : nullptr, o.n, static_cast<int>(row),
-                                         block, lane, v);
-    }
+    stage_input_block<kInt8, kDoubled>(hf.layout, consumer_staged(hf, consumer), args.m, o.n, row, block, lane, h,
+                                       suh);
   }
   // No block leaves while another may still read its block_squares.
   cluster_barrier();
