@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "kernels/check.h"
 #include "kernels/cuda/cuda_check.cuh"
@@ -173,22 +174,42 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
   return true;
 }
 
+namespace {
+
+// The layout in which the linears `consumers` (1..3, one grouped launch) of m rows take an input of
+// `dim` features handed off into ctx.handoff (each consumer's words one after the other), with
+// their shape parameters in `params`; none where one is not an EXL3 linear of exactly dim inputs,
+// their launch stages its own input (exl3_gemv_linears_take_staged_input) or ctx.handoff cannot
+// hold them all.
+std::optional<GemvStagedLayout> handoff_layout(const CudaLinearContext& ctx,
+                                               std::span<const LinearWeights* const> consumers, int64_t m, int64_t dim,
+                                               std::array<Exl3LinearParams, 3>& params) {
+  if (ctx.handoff == nullptr || consumers.empty() || consumers.size() > params.size()) return std::nullopt;
+  for (size_t i = 0; i < consumers.size(); ++i) {
+    const LinearWeights& c = *consumers[i];
+    if (!c.is_exl3 || c.in_features != dim || c.exl3.k != dim) return std::nullopt;
+    params[i] = shape_params(ctx, c, m);
+  }
+  const std::span<const Exl3LinearParams> cs(params.data(), consumers.size());
+  if (!exl3_gemv_linears_take_staged_input(cs, ctx.scratch_rows * ctx.scratch_features, device_sm_count())) {
+    return std::nullopt;
+  }
+  const GemvStagedLayout layout = gemv_staged_layout(m, dim, params[0].codebook, params[0].int8_activations);
+  if (static_cast<int64_t>(consumers.size()) * layout.problem_words() > ctx.handoff_words) return std::nullopt;
+  return layout;
+}
+
+}  // namespace
+
 bool cuda_input_handoff(const CudaLinearContext& ctx, const LinearWeights& consumer, int64_t m, int64_t width,
                         GemvInputHandoff& h) {
-  if (m < kGemvInputHandoffMinRows || m > kGemvInputHandoffMaxRows || ctx.handoff == nullptr || !consumer.is_exl3 ||
-      consumer.in_features != width || consumer.exl3.k != width) {
-    return false;
-  }
-  const Exl3LinearParams c = shape_params(ctx, consumer, m);
-  if (!c.int8_activations) return false;
-  const int64_t floats = ctx.scratch_rows * ctx.scratch_features;
-  if (!exl3_gemv_linears_take_staged_input(std::span<const Exl3LinearParams>(&c, 1), floats, device_sm_count())) {
-    return false;
-  }
-  const GemvStagedLayout layout = gemv_staged_layout(m, width, c.codebook, c.int8_activations);
-  if (layout.problem_words() > ctx.handoff_words) return false;
-  h.layout = layout;
-  h.suh = c.suh;
+  if (m < kGemvInputHandoffMinRows || m > kGemvInputHandoffMaxRows) return false;
+  const LinearWeights* consumers[] = {&consumer};
+  std::array<Exl3LinearParams, 3> params;
+  const std::optional<GemvStagedLayout> layout = handoff_layout(ctx, consumers, m, width, params);
+  if (!layout.has_value() || !layout->int8) return false;
+  h.layout = *layout;
+  h.suh = params[0].suh;
   h.staged = ctx.handoff;
   return true;
 }
@@ -197,29 +218,18 @@ bool cuda_linear_add_handoff(const CudaLinearContext& ctx, const LinearWeights& 
                              const Tensor& norm_weight, float eps, std::span<const LinearWeights* const> next,
                              std::array<const void*, 3>& staged, const void* staged_x) {
   const int64_t m = x.rank() == 2 ? x.dim(0) : 0;
-  if (m < kGemvHandoffMinRows || m > kGemvHandoffMaxRows || next.empty() || next.size() > 3 || !w.is_exl3 ||
-      ctx.handoff == nullptr) {
-    return false;
-  }
+  if (m < kGemvHandoffMinRows || m > kGemvHandoffMaxRows || !w.is_exl3) return false;
   const int64_t dim = residual.rank() == 2 ? residual.dim(1) : 0;
   if (residual.dtype() != DType::kF32 || residual.rank() != 2 || residual.dim(0) != m || w.exl3.n != dim ||
       norm_weight.dtype() != DType::kF32 || norm_weight.numel() != dim) {
     return false;
   }
   std::array<Exl3LinearParams, 3> consumers;
-  for (size_t i = 0; i < next.size(); ++i) {
-    const LinearWeights& c = *next[i];
-    if (!c.is_exl3 || c.in_features != dim || c.exl3.k != dim) return false;
-    consumers[i] = shape_params(ctx, c, m);
-  }
-  const std::span<const Exl3LinearParams> cs(consumers.data(), next.size());
-  const int64_t floats = ctx.scratch_rows * ctx.scratch_features;
+  const std::optional<GemvStagedLayout> handed = handoff_layout(ctx, next, m, dim, consumers);
   const int count = static_cast<int>(next.size());
-  if (!exl3_gemv_linears_take_staged_input(cs, floats, device_sm_count()) || !gemv_norm_handoff_fits(m, dim, count)) {
-    return false;
-  }
-  const GemvStagedLayout layout = gemv_staged_layout(m, dim, consumers[0].codebook, consumers[0].int8_activations);
-  if (count * layout.problem_words() > ctx.handoff_words) return false;
+  if (!handed.has_value() || !gemv_norm_handoff_fits(m, dim, count)) return false;
+  const GemvStagedLayout layout = *handed;
+  const int64_t floats = ctx.scratch_rows * ctx.scratch_features;
   Exl3LinearParams p = checked_linear(ctx, w, x, residual);
   p.staged_input = static_cast<const uint32_t*>(staged_x);
   const std::span<const Exl3LinearParams> ps(&p, 1);
