@@ -145,35 +145,39 @@ struct SampleBatch {
 // norm (weight, eps) and the linears that read it. A backend whose linear_add did the norm's work
 // in its own pass (CUDA, 2-64 rows: the RMSNorm of the new residual and the linears' input
 // transforms in the matmul's output pass) sets `prepared`; the norm op then uses that work and
-// clears it. Backends that never prepare (CPU) leave it unset, and every op computes what it
-// computes without it.
+// clears it. The work lives in the backend's scratch: an op run in between that may overwrite it
+// voids it, and the norm op then computes without it. Backends that never prepare (CPU) leave it
+// unset, and every op computes what it computes without it.
 struct NormHandoff {
   const Tensor* norm_weight = nullptr;
   float eps = 0.0f;
   std::array<const LinearWeights*, 3> linears{};
   int count = 0;
   // Set by the backend: the residual (its data) the work was done for, its rows, and the
-  // backend's own record of each linear's prepared input.
+  // backend's own record of each linear's prepared input and of when it was prepared.
   bool prepared = false;
   const void* residual = nullptr;
   int64_t rows = 0;
   std::array<const void*, 3> inputs{};
+  uint64_t scratch_uses = 0;
 };
 
 // What gate_up_silu / norm_gate_up_silu hand to the linear that reads their act next (the MLP's
 // down projection, through linear_add, given the same InputHandoff): the caller names that linear.
 // A backend whose gated product's pass also did that linear's input transform (CUDA, 2-4 rows with
 // int8 activations: act ⊙ suh, Hadamard, quantized as its int8 matmul takes it) sets `prepared`;
-// linear_add then uses that work and clears it. act is written either way. Backends that never
-// prepare (CPU) leave it unset.
+// linear_add then uses that work and clears it; as with NormHandoff, an op in between that may
+// overwrite the backend's scratch voids it. act is written either way. Backends that never prepare
+// (CPU) leave it unset.
 struct InputHandoff {
   const LinearWeights* linear = nullptr;
   // Set by the backend: act (its data) the work was done for, its rows, and the backend's own
-  // record of the prepared input.
+  // record of the prepared input and of when it was prepared.
   bool prepared = false;
   const void* input = nullptr;
   int64_t rows = 0;
   const void* staged = nullptr;
+  uint64_t scratch_uses = 0;
 };
 
 // Device work recorded once and replayed without per-op host launches (CUDA: a graph).

@@ -266,11 +266,10 @@ class CudaBackend final : public Backend {
     return allocator_.reserve_pool(bytes, "weights and KV cache pool");
   }
 
-  // scratch_c = scratch_a · Wq for a long prefill: Wq decoded into the fp16 staging rows chunk by
-  // chunk (trellis rows are contiguous per 16 input features), each chunk one cuBLAS GEMM that
-  // accumulates into scratch_c (row-major C[m, n] is column-major C^T[n, m] = Wq^T · A^T).
-  // What the linear paths (cuda_linear.h) use of this backend.
-  CudaLinearContext linear_context() const {
+  // What the linear paths (cuda_linear.h) use of this backend. Each call counts as a use of the
+  // linear scratch (linear_scratch_uses_), which voids a hand-off prepared before it.
+  CudaLinearContext linear_context() {
+    ++linear_scratch_uses_;
     CudaLinearContext c;
     c.stream = stream_;
     c.cublas = cublas_;
@@ -287,10 +286,11 @@ class CudaBackend final : public Backend {
   }
 
   // What the linear_add before prepared for this norm (NormHandoff), checked against the norm and
-  // linears it is given, and cleared; null where nothing was prepared.
-  static const std::array<const void*, 3>* take_handoff(NormHandoff* handoff, const Tensor& x,
-                                                        const Tensor& norm_weight,
-                                                        std::span<const LinearWeights* const> ws) {
+  // linears it is given, and cleared; null where nothing was prepared or a use of the linear
+  // scratch since (another linear, a reallocation) voided it: the norm op then computes without it
+  // from the residual, written whole.
+  const std::array<const void*, 3>* take_handoff(NormHandoff* handoff, const Tensor& x, const Tensor& norm_weight,
+                                                 std::span<const LinearWeights* const> ws) const {
     if (handoff == nullptr || !handoff->prepared) return nullptr;
     handoff->prepared = false;
     bool same = handoff->residual == x.raw() && x.rank() == 2 && handoff->rows == x.dim(0) &&
@@ -298,17 +298,18 @@ class CudaBackend final : public Backend {
                 handoff->count == static_cast<int>(ws.size());
     for (size_t i = 0; same && i < ws.size(); ++i) same = handoff->linears[i] == ws[i];
     EXL3_CHECK(same, "norm hand-off: prepared for another residual, norm or linears");
-    return &handoff->inputs;
+    return handoff->scratch_uses == linear_scratch_uses_ ? &handoff->inputs : nullptr;
   }
 
   // What the gated product before prepared for this linear's x (InputHandoff), checked against the
-  // linear and x it is given, and cleared; null where nothing was prepared.
-  static const void* take_input_handoff(InputHandoff* input, const LinearWeights& w, const Tensor& x) {
+  // linear and x it is given, and cleared; null where nothing was prepared or a use of the linear
+  // scratch since voided it (x, written whole, is then staged as usual).
+  const void* take_input_handoff(InputHandoff* input, const LinearWeights& w, const Tensor& x) const {
     if (input == nullptr || !input->prepared) return nullptr;
     input->prepared = false;
     const bool same = input->linear == &w && input->input == x.raw() && x.rank() == 2 && input->rows == x.dim(0);
     EXL3_CHECK(same, "input hand-off: prepared for another linear or input");
-    return input->staged;
+    return input->scratch_uses == linear_scratch_uses_ ? input->staged : nullptr;
   }
 
   void linear(const LinearWeights& w, const Tensor& x, Tensor& y) override { cuda_linear(linear_context(), w, x, y); }
@@ -339,6 +340,7 @@ class CudaBackend final : public Backend {
       next->input = act.raw();
       next->rows = act.dim(0);
       next->staged = h.staged;
+      next->scratch_uses = linear_scratch_uses_;
     }
     return true;
   }
@@ -429,6 +431,7 @@ class CudaBackend final : public Backend {
         next->residual = residual.raw();
         next->rows = x.dim(0);
         next->inputs = staged;
+        next->scratch_uses = linear_scratch_uses_;
         return;
       }
     }
@@ -452,6 +455,7 @@ class CudaBackend final : public Backend {
     activate();
     // Queued ops may still read the old scratch; release it before the new one is counted.
     EXL3_RETURN_IF_ERROR(synchronize());
+    ++linear_scratch_uses_;  // a hand-off into the old scratch is void
     scratch_a_.reset();
     scratch_c_.reset();
     attention_scratch_.reset();
@@ -915,6 +919,9 @@ class CudaBackend final : public Backend {
 
   std::shared_ptr<void> scratch_a_, scratch_c_;  // F16 and F32 [scratch_rows_, scratch_features_]
   int64_t scratch_rows_ = 0, scratch_features_ = 0;
+  // Uses of the linear scratch so far (linear_context, reserve_scratch): a NormHandoff or
+  // InputHandoff records the count when prepared and is taken only if it is unchanged.
+  uint64_t linear_scratch_uses_ = 0;
   std::shared_ptr<void> attention_scratch_;
   int64_t attention_scratch_floats_ = 0;
   uint64_t host_table_bytes_ = 0;  // pinned host tables (prepare_host_table)

@@ -617,13 +617,17 @@ void add_norm_handoff_cases(std::vector<OpCase>& cases) {
 // without the hand-off (the staged input holds the same bits). `taken`: whether the hand-off must
 // be prepared (unset: either). `norm_next`: the linear_add also hands the next RMSNorm off to a
 // linear of the new residual (both hand-offs in one linear_add, as the model's down projection
-// does), checked against the same norm_linears after the plain linear_add.
+// does), checked against the same norm_linears after the plain linear_add. `intervene`: another
+// linear of 8 rows runs after each hand-off is prepared and before its consumer (the down
+// projection itself, whose input staging overwrites the scratch a hand-off lives in): each consumer
+// must then compute without the hand-off it is given.
 struct InputHandoffCase {
   int64_t m;
   int64_t width;
   Codebook codebook;
   std::optional<bool> taken;
   bool norm_next = false;
+  bool intervene = false;
 };
 
 std::vector<Check> run_input_handoff(Backend& b, std::mt19937& rng, const InputHandoffCase& c, const Budget& budget) {
@@ -650,6 +654,11 @@ std::vector<Check> run_input_handoff(Backend& b, std::mt19937& rng, const InputH
   };
 
   const LinearWeights gw = prepared(b, gate), uw = prepared(b, up), dw = prepared(b, down);
+  const Tensor other_x = to_device(b, to_dtype(rounded(normal({8, width}, rng), DType::kF16), a));
+  Tensor other_y = device_zeros(b, DType::kF32, {8, dim});
+  const auto maybe_intervene = [&]() {
+    if (c.intervene) b.linear(dw, other_x, other_y);
+  };
   Tensor g = device_zeros(b, a, {m, width}), u = device_zeros(b, a, {m, width}), act = device_zeros(b, a, {m, width});
   InputHandoff handoff{&dw};
   b.gate_up_silu(gw, uw, to_device(b, to_dtype(x, a)), g, u, act, &handoff);
@@ -663,18 +672,26 @@ std::vector<Check> run_input_handoff(Backend& b, std::mt19937& rng, const InputH
   Tensor out = device_zeros(b, DType::kF32, {m, dim});
   Tensor res = to_device(b, r0);
   NormHandoff norm_handoff{&norm_weight, kEps, {&nw}, 1};
+  maybe_intervene();
   b.linear_add(dw, act, out, res, c.norm_next ? &norm_handoff : nullptr, &handoff);
   EXPECT_FALSE(handoff.prepared) << "linear_add consumes the hand-off";
   const Tensor handed = to_host_f32(b, res);
+  // The next norm's hand-off is consumed before any other linear runs (or after one, intervening).
+  Tensor next;
+  if (c.norm_next) {
+    maybe_intervene();
+    next = norm_then_linear(res, &norm_handoff);
+    EXPECT_FALSE(norm_handoff.prepared) << "the norm op consumes its hand-off";
+  }
   Tensor res_plain = to_device(b, r0);
   b.linear_add(dw, act, out, res_plain, nullptr, nullptr);
   std::vector<Check> checks = {{"act", act_got, act_want, budget},
                                {"residual", handed, res_want, budget},
                                {"residual_as_unhanded", handed, to_host_f32(b, res_plain), kF16Rounded}};
-  if (c.norm_next) {
-    const Tensor next = norm_then_linear(res, &norm_handoff);
-    EXPECT_FALSE(norm_handoff.prepared) << "the norm op consumes its hand-off";
-    checks.push_back({"next_as_unhanded", next, norm_then_linear(res_plain, nullptr), budget});
+  if (c.norm_next) checks.push_back({"next_as_unhanded", next, norm_then_linear(res_plain, nullptr), budget});
+  if (c.intervene) {
+    checks.push_back(
+        {"intervening_linear", to_host_f32(b, other_y), exl3_reference(down, to_host_f32(b, other_x)), budget});
   }
   return checks;
 }
@@ -690,6 +707,10 @@ void add_input_handoff_cases(std::vector<OpCase>& cases) {
                          [=](Backend& b, std::mt19937& rng) { return run_input_handoff(b, rng, c, kExl3); }});
       }
     }
+    // A linear between the down projection's norm hand-off (CUDA: 2-64 rows) and its norm op.
+    const InputHandoffCase c{3, 512, cb, false, true, true};
+    cases.push_back({absl::StrCat("gate_up_input_handoff_", codebook_name(cb), "_m3_norm_intervened"),
+                     [=](Backend& b, std::mt19937& rng) { return run_input_handoff(b, rng, c, kExl3); }});
   }
 }
 
@@ -1232,6 +1253,13 @@ TEST(CudaInputHandoff, Int8ActivationsMatchTheUnfusedPath) {
       // From 2 rows the down projection also hands the next norm off (both in one linear_add).
       expect_checks(name, run_input_handoff(*b, rng, {m, width, Codebook::kMul1, taken, m >= 2}, kInt8));
     }
+  }
+  // A linear between each hand-off and its consumer voids the hand-off; the results stay right.
+  for (int64_t m : {2, 3, 4}) {
+    const std::string name = absl::StrCat("int8_input_handoff_m", m, "_intervened");
+    std::mt19937 rng(seed_of(name));
+    const std::optional<bool> taken = m == 2 ? std::nullopt : std::optional<bool>(true);
+    expect_checks(name, run_input_handoff(*b, rng, {m, 4096, Codebook::kMul1, taken, true, true}, kInt8));
   }
   ASSERT_TRUE(b->synchronize().ok());
 }
