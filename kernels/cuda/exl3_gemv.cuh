@@ -86,8 +86,13 @@ GemvStagedLayout gemv_staged_layout(int64_t m, int64_t k, Codebook codebook, boo
 // Rows for which a linear_add's output pass hands off the next RMSNorm (GemvNormHandoff): every
 // row count of the few-rows path from 2. Measured on the H200, 8B decode, against no hand-off
 // (bench/results/2026-12-06-s12-h200, run 3): int8 off, batch 2 +2.2%, 4 +5.5%, 8 +7.3%, 16 +6%,
-// 32 +4%; with int8 auto, batch 4-8 +5-6%; at one row even (off) or within the noise (auto),
-// where the matmul's own fused norm (kGemvNormMaxRows) stays.
+// 32 +4%; with int8 auto, batch 4-8 +5-6%; at one row even (off), where the matmul's own fused
+// norm (kGemvNormMaxRows) stays. With int8 activations the one-row case is never taken: the int8
+// kernel's two-block stages (1-2 rows, exl3_gemv_linears_take_staged_input) stage their own
+// input. Letting them take a staged input lost (session 18, H100, bench/results/2026-12-05-s18/
+// runs 5-6, against the same tree without it): the int8 norm hand-off from one row 8B batch 1
+// -4.1% (three rounds), 70B -4.8% (with the input hand-off too); at two rows where the plan
+// chooses two-block stages even (-0.2%).
 constexpr int64_t kGemvHandoffMinRows = 2;
 constexpr int64_t kGemvHandoffMaxRows = kGemvMaxRows;
 
@@ -116,7 +121,8 @@ bool gemv_norm_handoff_fits(int64_t m, int64_t n, int consumers);
 // slice (below kInt8PrestageMinRows, exl3_gemv_layout.cuh). Measured on the H100, 8B decode with
 // int8 auto against the same tree without it (bench/results/2026-12-05-s17/, runs 1-3): batch 2
 // +4.0%, +3.9%, +3.2%; batch 3 +5.4%; batch 4 +3.6%, +1.1%; 70B batch 4 +1.1%. Not kept: batch 1
-// (+0.0%, -1.2%, -0.6%: one row's quantization costs a block little), and where a staging launch
+// (where the int8 kernel's two-block stages stage their own input; made to take it, session 18
+// runs 5-6: 8B +0.6% over four rounds within a 6% spread, 70B even), and where a staging launch
 // prestages the input (int8 batch 8 -1.1%, fp16 batch 8 -1.5%, 64 +1.2%) or fp16 blocks stage it
 // (batch 1-4 within +-0.8%): the transform moves into the output pass, onto the critical path,
 // from work the dependent launches overlap.
