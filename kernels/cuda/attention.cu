@@ -33,10 +33,10 @@ using attention_detail::KvSource;
 using attention_detail::window_start;
 using attention_split::SplitPlan;
 
-// Split-K policy for the decode kernel: split keys only while the batch has fewer than
-// kTargetRows (token, head) rows (below that the GPU's ~132 SMs are not filled by whole-context
-// warps), into at most kMaxSplits splits (of at least a Source's kMinKeysPerSplit keys).
-constexpr int64_t kTargetRows = 4096;
+// Split-K policy for the decode kernel: split keys only while the batch has fewer (token, head)
+// rows than a Source's target (kSplitTargetRows: below it the GPU's ~132 SMs are not filled by
+// whole-context warps), into at most kMaxSplits splits (of at least a Source's kMinKeysPerSplit
+// keys).
 constexpr int64_t kMaxSplits = 64;
 
 // Blocks of keys from F16 pages (both sides at 16 bits), the block source of attention_kernels.cuh
@@ -48,6 +48,13 @@ struct F16Source {
   // at 2048 batch 1 -0.5%, 4 -0.3%: a short context's latency spread over twice the warps, a long
   // one (already in up to 33 splits) even.
   static constexpr int64_t kMinKeysPerSplit = kBlockKeys;
+  // Against 4096 (session 18, H100, bench/results/2026-12-05-s18/ run 8), the attention op alone
+  // at 2048 keys batch 32 143.2 -> 130.8 us, 16 76.6 -> 76.9, 4 23.6 -> 26.9; 8192 keys batch 32
+  // 543.5 -> 442.4; the 8B with int8 off at 2048-token prompts, two rounds, batch 32 3,204 / 3,181
+  // -> 3,656 / 3,677 tokens/s (+15%), 16 +8.3%, 4 -2.2%, 1 even; at 32-token prompts batch 32
+  // +3.0%. Each warp walks a KV head's whole group, so 4096 rows gave batch 32 four splits: 1,024
+  // one-warp blocks of 512 keys, 1.3 waves at the 6 an SM holds; 16384 gives 4,096 of 128.
+  static constexpr int64_t kSplitTargetRows = 16384;
 
   template <int D, int kThreads>
   __device__ __forceinline__ static F16Blocks<D, kThreads> blocks(const AttnArgs& a, int32_t seq, int32_t kv_head,
@@ -99,12 +106,14 @@ __global__ void attention_merge_kernel(const AttnArgs a, int head_dim) {
 
 namespace attention_split {
 
-SplitPlan plan_splits(int64_t tokens, int64_t heads, int32_t max_position, int64_t min_keys_per_split) {
+SplitPlan plan_splits(int64_t tokens, int64_t heads, int32_t max_position, int64_t min_keys_per_split,
+                      int64_t target_rows) {
   EXL3_CHECK(min_keys_per_split > 0 && min_keys_per_split % kBlockKeys == 0, "plan_splits: min_keys_per_split ",
              min_keys_per_split);
+  EXL3_CHECK(target_rows > 0 && target_rows <= kMaxSplitTargetRows, "plan_splits: target_rows ", target_rows);
   const int64_t rows = tokens * heads;
   const int64_t keys = static_cast<int64_t>(max_position) + 1;
-  int64_t splits = rows >= kTargetRows ? 1 : std::min(kMaxSplits, (kTargetRows + rows - 1) / rows);
+  int64_t splits = rows >= target_rows ? 1 : std::min(kMaxSplits, (target_rows + rows - 1) / rows);
   splits = std::max<int64_t>(1, std::min(splits, (keys + min_keys_per_split - 1) / min_keys_per_split));
   const int64_t per_split = (keys + splits - 1) / splits;
   const int64_t chunk = (per_split + kBlockKeys - 1) / kBlockKeys * kBlockKeys;
@@ -134,9 +143,9 @@ void launch_attention_merge(const AttentionParams& p, const SplitPlan& plan, cud
 int64_t attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim) {
   EXL3_CHECK(tokens >= 0 && heads > 0 && head_dim > 0, "attention_scratch_floats: tokens ", tokens, " heads ", heads,
              " head_dim ", head_dim);
-  // Splits happen only while tokens·heads < kTargetRows, and then tokens·heads·splits <
-  // kTargetRows + tokens·heads < 2·kTargetRows: a bound for every batch of at most `tokens`.
-  return std::min(tokens * heads * kMaxSplits, 2 * kTargetRows) * (head_dim + 2);
+  // Splits happen only while tokens·heads < the target, and then tokens·heads·splits < target +
+  // tokens·heads < 2·kMaxSplitTargetRows: a bound for every batch of at most `tokens`.
+  return std::min(tokens * heads * kMaxSplits, 2 * attention_split::kMaxSplitTargetRows) * (head_dim + 2);
 }
 
 // Contract: k_bits = v_bits = 16 here (otherwise launch_attention_quant's contract applies);

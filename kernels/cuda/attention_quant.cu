@@ -39,6 +39,10 @@ using kv_quant_tile::TileSource;
 struct QuantSource {
   static constexpr int kPrefillWarps = 8;
   static constexpr int64_t kMinKeysPerSplit = kBlockKeys;  // one block, as the F16 path's
+  // Not the F16 path's 16384 (session 18, H100, bench/results/2026-12-05-s18/ run 9, the op alone
+  // at 2048 keys): an 8-bit cache gained (batch 32 315.8 -> 249.5 us) but a 4-bit one, whose
+  // blocks cost more to dequantize, lost at batch 4-32 (25.3 -> 29.6 us at 4, 160.7 -> 165.0 at 32).
+  static constexpr int64_t kSplitTargetRows = 4096;
 
   template <int D, int kThreads>
   __device__ __forceinline__ static KvBlocks<D, kThreads> blocks(const AttnArgs& a, int32_t seq, int32_t kv_head,

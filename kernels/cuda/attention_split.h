@@ -20,11 +20,16 @@ struct SplitPlan {
   int64_t chunk;  // keys [s · chunk, (s + 1) · chunk) go to split s; a multiple of 32
 };
 
+// The largest target_rows plan_splits takes (attention_scratch_floats holds the partials of it).
+constexpr int64_t kMaxSplitTargetRows = 16384;
+
 // Splits for a batch of `tokens` tokens of `heads` heads whose largest position is max_position:
-// enough (token, head, split) rows to fill the GPU, at most 64 per token, each of at least
-// min_keys_per_split keys (a multiple of 32). tokens · heads · splits stays within
-// attention_scratch_floats(tokens, heads, D) / (D + 2) for every such plan.
-SplitPlan plan_splits(int64_t tokens, int64_t heads, int32_t max_position, int64_t min_keys_per_split);
+// while tokens · heads < target_rows (at most kMaxSplitTargetRows), about target_rows (token, head,
+// split) rows, at most 64 splits per token, each of at least min_keys_per_split keys (a multiple of
+// 32). tokens · heads · splits stays within attention_scratch_floats(tokens, heads, D) / (D + 2)
+// for every such plan.
+SplitPlan plan_splits(int64_t tokens, int64_t heads, int32_t max_position, int64_t min_keys_per_split,
+                      int64_t target_rows);
 
 // Checks that p's scratch holds the plan's partials (splits > 1 only); `who` names the caller.
 void check_split_scratch(const AttentionParams& p, const SplitPlan& plan, const char* who);

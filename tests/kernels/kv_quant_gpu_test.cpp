@@ -507,25 +507,28 @@ TEST_F(KvQuantGpuOps, QuantizedStepReplaysFromAGraph) {
   EXPECT_EQ(std::memcmp(wa.raw(), wg.raw(), wa.nbytes()), 0) << "graph replay cache differs";
 }
 
-// The split plans of both paths (quantized: splits of at least 32 keys; F16: 64) cover the keys in
-// at most 64 splits of whole 32-key blocks, none empty, and their partials fit the scratch the
-// backend reserves (attention_scratch_floats), for every batch and context.
+// The split plans (splits of at least 32 or 64 keys; the targets of both paths, 4096 and 16384
+// rows, and one between) cover the keys in at most 64 splits of whole 32-key blocks, none empty,
+// and their partials fit the scratch the backend reserves (attention_scratch_floats), for every
+// batch and context.
 TEST(KvQuantSplitPlan, CoversTheKeysWithinTheScratch) {
-  for (int64_t min_keys : {32, 64}) {
-    for (int64_t heads : {1, 8, 32, 48, 64}) {
-      for (int64_t tokens : {1, 2, 3, 7, 16, 100, 127, 128, 129, 512}) {
-        for (int32_t max_position : {0, 31, 32, 63, 1000, 2047, 2048, 4095, 131071}) {
-          const attention_split::SplitPlan plan =
-              attention_split::plan_splits(tokens, heads, max_position, min_keys);
-          const std::string what = absl::StrCat("min_keys ", min_keys, " heads ", heads, " tokens ", tokens,
-                                                " max_position ", max_position, ": splits ", plan.splits, " chunk ",
-                                                plan.chunk);
-          EXPECT_TRUE(plan.splits >= 1 && plan.splits <= 64) << what;
-          EXPECT_EQ(plan.chunk % 32, 0) << what;
-          EXPECT_GE(plan.splits * plan.chunk, int64_t{max_position} + 1) << what;
-          EXPECT_LE((plan.splits - 1) * plan.chunk, int64_t{max_position}) << what;
-          if (plan.splits > 1) {
-            EXPECT_LE(tokens * heads * plan.splits * 130, attention_scratch_floats(tokens, heads, 128)) << what;
+  for (int64_t target_rows : {int64_t{4096}, int64_t{10000}, attention_split::kMaxSplitTargetRows}) {
+    for (int64_t min_keys : {32, 64}) {
+      for (int64_t heads : {1, 8, 32, 48, 64}) {
+        for (int64_t tokens : {1, 2, 3, 7, 16, 100, 127, 128, 129, 512}) {
+          for (int32_t max_position : {0, 31, 32, 63, 1000, 2047, 2048, 4095, 131071}) {
+            const attention_split::SplitPlan plan =
+                attention_split::plan_splits(tokens, heads, max_position, min_keys, target_rows);
+            const std::string what =
+                absl::StrCat("target_rows ", target_rows, " min_keys ", min_keys, " heads ", heads, " tokens ", tokens,
+                             " max_position ", max_position, ": splits ", plan.splits, " chunk ", plan.chunk);
+            EXPECT_TRUE(plan.splits >= 1 && plan.splits <= 64) << what;
+            EXPECT_EQ(plan.chunk % 32, 0) << what;
+            EXPECT_GE(plan.splits * plan.chunk, int64_t{max_position} + 1) << what;
+            EXPECT_LE((plan.splits - 1) * plan.chunk, int64_t{max_position}) << what;
+            if (plan.splits > 1) {
+              EXPECT_LE(tokens * heads * plan.splits * 130, attention_scratch_floats(tokens, heads, 128)) << what;
+            }
           }
         }
       }
