@@ -515,7 +515,7 @@ std::vector<Check> run_norm_linears(Backend& b, std::mt19937& rng, int64_t m, in
 // residual (F32 [m, dim]) += x · w, then norm_linears (three linears, q/k/v-like widths) or
 // norm_gate_up_silu of the new residual. Against residual + exl3_linear_ref, rms_norm_ref (rounded
 // to the activation dtype) and exl3_linear_ref (and silu_mul_ref) of it, and against the same norm
-// op run again without the hand-off. CUDA, kGemvHandoffMinRows (3) rows or more: the hand-off must
+// op run again without the hand-off. CUDA, kGemvHandoffMinRows (2) rows or more: the hand-off must
 // be taken (the output pass does the norm and the linears' input transforms) and consumed; below,
 // and on the CPU backend, it is not taken.
 struct HandoffCase {
