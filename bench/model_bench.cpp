@@ -178,6 +178,43 @@ absl::StatusOr<PrefillRow> bench_prefill(Engine& engine, const ModelBenchOptions
   return row;
 }
 
+// Runs the prompts of `seqs` (each its tokens from its start_pos, sampling after the last) in steps
+// of at most `step_tokens` tokens: the sequences in order, a prompt longer than what a step has left
+// in pieces. Returns each sequence's first sampled token, in the order of `seqs`.
+absl::StatusOr<std::vector<int32_t>> prefill_prompts(Engine& engine, const std::vector<StepSequence>& seqs,
+                                                     int64_t step_tokens) {
+  std::vector<int32_t> first(seqs.size(), -1);
+  std::vector<size_t> done(seqs.size(), 0);  // prompt tokens run so far
+  size_t next = 0;                           // the first sequence with prompt tokens left
+  while (next < seqs.size()) {
+    StepInput in;
+    std::vector<size_t> sampling;  // the sequence of each sampling piece, in input order
+    size_t room = static_cast<size_t>(step_tokens);
+    for (size_t i = next; i < seqs.size() && room > 0; ++i) {
+      const StepSequence& s = seqs[i];
+      const size_t take = std::min(s.tokens.size() - done[i], room);
+      StepSequence piece = s;
+      piece.tokens.assign(s.tokens.begin() + static_cast<std::ptrdiff_t>(done[i]),
+                          s.tokens.begin() + static_cast<std::ptrdiff_t>(done[i] + take));
+      piece.start_pos = s.start_pos + static_cast<int32_t>(done[i]);
+      piece.sample = done[i] + take == s.tokens.size();
+      if (piece.sample) sampling.push_back(i);
+      in.sequences.push_back(std::move(piece));
+      done[i] += take;
+      room -= take;
+    }
+    while (next < seqs.size() && done[next] == seqs[next].tokens.size()) ++next;
+    StepOutput out;
+    EXL3_RETURN_IF_ERROR(timed_step(engine, in, &out).status());
+    if (out.tokens.size() != sampling.size()) {
+      return absl::InternalError(absl::StrCat("prefilling the decode prompts: ", out.tokens.size(),
+                                              " sampled sequences came back, ", sampling.size(), " expected"));
+    }
+    for (size_t k = 0; k < sampling.size(); ++k) first[sampling[k]] = out.tokens[k].second.at(0);
+  }
+  return first;
+}
+
 // The timing and KV figures of one decode row; the roofline (weights over every rank) comes later
 // (add_roofline).
 absl::StatusOr<DecodeRow> bench_decode(Engine& engine, const ModelBenchOptions& o, int64_t batch, uint64_t& next_id) {
@@ -195,11 +232,13 @@ absl::StatusOr<DecodeRow> bench_decode(Engine& engine, const ModelBenchOptions& 
   std::vector<uint64_t> ids;
   for (const StepSequence& s : seqs) ids.push_back(s.seq_id);
 
-  // The prompts in one step, then single-token greedy steps fed with the sampled tokens.
+  // The prompts in steps of at most --decode-prompt-chunk tokens, then single-token greedy steps
+  // fed with the sampled tokens.
+  absl::StatusOr<std::vector<int32_t>> first = prefill_prompts(engine, seqs, o.decode_prompt_chunk);
+  absl::Status status = first.status();
+  std::vector<int32_t> sampled = first.ok() ? *std::move(first) : std::vector<int32_t>();
   StepInput in;
-  in.sequences = seqs;
   StepOutput out;
-  absl::Status status = timed_step(engine, in, &out).status();
   double total = 0.0;
   uint64_t kv_total = 0;
   double context_total = 0.0;
@@ -208,7 +247,7 @@ absl::StatusOr<DecodeRow> bench_decode(Engine& engine, const ModelBenchOptions& 
     for (size_t i = 0; i < seqs.size(); ++i) {
       StepSequence& s = seqs[i];
       s.start_pos += static_cast<int32_t>(s.tokens.size());
-      s.tokens = {out.tokens.at(i).second.at(0)};
+      s.tokens = {sampled[i]};
       step_positions.push_back(s.start_pos);
     }
     in.sequences = seqs;
@@ -217,6 +256,7 @@ absl::StatusOr<DecodeRow> bench_decode(Engine& engine, const ModelBenchOptions& 
       status = t.status();
       break;
     }
+    for (size_t i = 0; i < seqs.size(); ++i) sampled[i] = out.tokens.at(i).second.at(0);
     if (step < o.warmup) continue;
     total += *t;
     kv_total += kv_bytes_read(c, step_positions, kv_element);
@@ -357,6 +397,7 @@ absl::Status validate_model_bench_options(const ModelBenchOptions& o) {
   if (o.warmup < 0) return absl::InvalidArgumentError("--warmup must be >= 0");
   if (o.prefill_repeats < 1) return absl::InvalidArgumentError("--prefill-repeats must be >= 1");
   if (o.decode_prompt < 1) return absl::InvalidArgumentError("--decode-prompt must be >= 1");
+  if (o.decode_prompt_chunk < 1) return absl::InvalidArgumentError("--decode-prompt-chunk must be >= 1");
   if (o.page_size < 1) return absl::InvalidArgumentError("--page-size must be >= 1");
   return validate_bench_ranks(o);
 }
@@ -401,7 +442,7 @@ absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
   EngineOptions eo;
   eo.page_size = o.page_size;
   eo.num_pages = std::max(ceil_div(max_prefill, o.page_size), decode_pages);
-  eo.max_step_tokens = std::max(max_prefill, max_batch * o.decode_prompt);
+  eo.max_step_tokens = std::max(max_prefill, std::min(max_batch * o.decode_prompt, o.decode_prompt_chunk));
   eo.max_seqs = max_batch;
   eo.max_logit_rows = max_batch;
   eo.step_graphs = o.step_graphs;
@@ -492,6 +533,10 @@ void add_model_bench_command(CLI::App& app, ModelBenchOptions& o) {
   cmd->add_option("--prefill-repeats", o.prefill_repeats, "Measured prefills per length (mean reported)")
       ->capture_default_str();
   cmd->add_option("--decode-prompt", o.decode_prompt, "Prompt tokens of each decode sequence")->capture_default_str();
+  cmd->add_option("--decode-prompt-chunk", o.decode_prompt_chunk,
+                  "Most prompt tokens of the decode sequences in one step: a batch's prompts are prefilled in steps "
+                  "of at most this many (a longer prompt in pieces), which bounds the step's scratch memory")
+      ->capture_default_str();
   cmd->add_option("--page-size", o.page_size, "KV cache page size")->capture_default_str();
   o.int8_activations = "off";
   cmd->add_option("--int8-activations", o.int8_activations, int8_activations_flag_help())

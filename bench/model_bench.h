@@ -31,6 +31,7 @@ struct ModelBenchOptions {
   int warmup = 2;                               // unmeasured runs before each measurement
   int prefill_repeats = 3;                      // measured prefill runs per length (mean reported)
   int64_t decode_prompt = 32;                   // prompt tokens of every decode sequence
+  int64_t decode_prompt_chunk = 2048;           // most prompt tokens of the decode sequences in one step
   int64_t page_size = 256;                      // KV cache page size
   bool step_graphs = true;                      // decode steps replay CUDA graphs (EngineOptions::step_graphs)
   std::string int8_activations = "off";         // --int8-activations off|auto|on (kernels/int8_activations.h)

@@ -142,6 +142,44 @@ json tiny_run(const std::string& tag, const std::vector<std::string>& extra, std
   return json::parse(in);
 }
 
+// Decode prompts prefilled in steps smaller than a batch's prompts (--decode-prompt-chunk 16: three
+// prompts of 24 tokens in five steps, two of them cutting a prompt; the engine, made for steps of
+// 16 tokens, refuses any larger one): the rows come out with the context and KV reads of those
+// prompts, as with the prompts in one step; a chunk of 0 is refused.
+TEST(ModelBench, CpuDecodePromptsInChunks) {
+  fs::create_directories(work_path("model_bench"));
+  // The decode rows of batch 1 and 3 with 24-token prompts in steps of at most `chunk` tokens.
+  const auto decode_rows = [](const std::string& chunk) {
+    const std::string json_path = work_path("model_bench/chunk" + chunk + ".json");
+    fs::remove(json_path);
+    auto [rc, err] =
+        run_cli({"model", "--model",           model_dir(), "--backend",       "cpu",    "--prefill",
+                 "16",    "--batch",           "1,3",       "--decode-steps",  "2",      "--warmup",
+                 "1",     "--prefill-repeats", "1",         "--decode-prompt", "24",     "--decode-prompt-chunk",
+                 chunk,   "--page-size",       "16",        "--json",          json_path});
+    EXPECT_EQ(rc, 0) << err;
+    std::ifstream in(json_path);
+    return rc == 0 && in ? json::parse(in) : json::object({{"decode", json::array()}});
+  };
+  const json chunked = decode_rows("16");
+  const json whole = decode_rows("2048");
+  ASSERT_EQ(chunked.at("decode").size(), 2u);
+  ASSERT_EQ(whole.at("decode").size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    const json& d = chunked.at("decode")[i];
+    SCOPED_TRACE(d.dump());
+    EXPECT_EQ(d.at("batch"), i == 0 ? 1 : 3);
+    EXPECT_TRUE(positive_finite(d.at("tokens_per_s")));
+    // Prompt 24, 1 warmup step: the 2 measured steps attend 26 and 27 positions.
+    EXPECT_NEAR(d.at("mean_context").get<double>(), 26.5, 1e-9);
+    EXPECT_EQ(d.at("kv_bytes"), whole.at("decode")[i].at("kv_bytes"));
+  }
+  auto [rc, err] = run_cli({"model", "--model", model_dir(), "--backend", "cpu", "--prefill", "16", "--batch", "1",
+                            "--decode-prompt-chunk", "0"});
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--decode-prompt-chunk must be >= 1"), std::string::npos) << err;
+}
+
 // Two CPU ranks over Gloo, tensor parallel (even) and a layer split (uneven caps): the report
 // says so, sums the ranks' weights (tp replicates the embedding and norms, a layer split holds
 // each tensor once) and has every row.
