@@ -365,8 +365,9 @@ absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, Backe
 namespace {
 
 constexpr uint64_t kWorkspaceAlign = 256;  // Workspace::aligned (worker/model/workspace.h)
-// kernels/cuda/attention.cu: split-K rows target and the most splits of one decode token.
-constexpr int64_t kAttentionTargetRows = 4096;
+// kernels/cuda/attention_split.h and attention.cu: the largest split-K rows target of a block
+// source (kMaxSplitTargetRows) and the most splits of one decode token.
+constexpr int64_t kAttentionMaxSplitTargetRows = 16384;
 constexpr int64_t kAttentionMaxSplits = 64;
 constexpr int64_t kAttentionMaxHeadDim = 128;  // reserve_scratch sizes for head_dim <= 128
 
@@ -402,7 +403,7 @@ int64_t widest_padded_features(const ModelConfig& c, const RankShape& rank) {
 }
 
 int64_t cuda_attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim) {
-  return std::min(tokens * heads * kAttentionMaxSplits, 2 * kAttentionTargetRows) * (head_dim + 2);
+  return std::min(tokens * heads * kAttentionMaxSplits, 2 * kAttentionMaxSplitTargetRows) * (head_dim + 2);
 }
 
 uint64_t cuda_scratch_bytes(int64_t rows, int64_t features) {

@@ -83,31 +83,14 @@ class TpPlanner {
     for (uint64_t cap : caps) cap_total += cap;
     const uint64_t need = sharded + base_ * static_cast<uint64_t>(world_);
     if (need > cap_total) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the model needs at least ", format_bytes(need), " (", format_bytes(sharded),
-                       " of weights and KV cache split over the ranks, plus ", format_bytes(base_), " on each of ",
-                       world_, " ranks for the embedding, norms and workspace), the caps total ",
-                       format_bytes(cap_total), ": ", format_bytes(need - cap_total), " short; ",
-                       proportional_shortfalls(sharded)));
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the model needs at least ", format_bytes(need), " (", format_bytes(sharded),
+          " of weights and KV cache split over the ranks, plus ", format_bytes(base_), " on each of ", world_,
+          " ranks for the embedding, norms and workspace), the caps total ", format_bytes(cap_total), ": ",
+          format_bytes(need - cap_total), " short; ", proportional_shortfalls()));
     }
 
-    // Proportional split, once per component type.
-    std::vector<uint64_t> rooms(world_);
-    for (int r = 0; r < world_; ++r) rooms[r] = caps[r] - base_;
-    const std::vector<int64_t> attention = proportional_split(fp_.layers.front().attention.units, rooms);
-    const std::vector<int64_t> mlp = proportional_split(fp_.layers.front().mlp.units, rooms);
-    const std::vector<int64_t> head = proportional_split(fp_.head.units, rooms);
-    for (const TpComponent& c : comps_) {
-      counts_.push_back(c.footprint->kind == ComponentKind::kAttention ? attention
-                        : c.footprint->kind == ComponentKind::kMlp     ? mlp
-                                                                       : head);
-      rank_bytes_.push_back(component_rank_bytes(*c.footprint, counts_.back()));
-    }
-    totals_.assign(world_, base_);
-    for (const std::vector<uint64_t>& per_rank : rank_bytes_) {
-      for (int r = 0; r < world_; ++r) totals_[r] += per_rank[r];
-    }
-
+    proportional_layout(counts_, rank_bytes_, totals_);
     EXL3_RETURN_IF_ERROR(rebalance());
     return build_plans();
   }
@@ -117,23 +100,49 @@ class TpPlanner {
     return c.weight_bytes(begin, end) + c.cache_bytes(begin, end, tokens_);
   }
 
-  // What each rank lacks when `sharded` bytes are split in proportion to the rooms (caps minus
-  // base_; evenly when no rank has room): "with the units split in proportion to the caps, rank 0
-  // needs X more than its C cap, rank 1 needs ...". Called when the caps total too little, so
-  // every rank with room (or every rank, when none has) is short.
-  std::string proportional_shortfalls(uint64_t sharded) const {
-    const std::vector<uint64_t>& caps = options_.caps;
-    unsigned __int128 room_total = 0;
-    for (uint64_t cap : caps) room_total += cap - base_;
+  // The plan's first layout: each component type's units split in proportion to the rooms (caps
+  // minus base_; evenly when no rank has room), the same split for every layer. Sets each
+  // component's units and bytes per rank and each rank's total (base_ included).
+  void proportional_layout(std::vector<std::vector<int64_t>>& counts, std::vector<std::vector<uint64_t>>& rank_bytes,
+                           std::vector<uint64_t>& totals) const {
+    std::vector<uint64_t> rooms(world_);
+    bool any_room = false;
+    for (int r = 0; r < world_; ++r) {
+      rooms[r] = options_.caps[r] - base_;
+      any_room = any_room || rooms[r] > 0;
+    }
+    if (!any_room) rooms.assign(world_, 1);
+    const std::vector<int64_t> attention = proportional_split(fp_.layers.front().attention.units, rooms);
+    const std::vector<int64_t> mlp = proportional_split(fp_.layers.front().mlp.units, rooms);
+    const std::vector<int64_t> head = proportional_split(fp_.head.units, rooms);
+    counts.clear();
+    rank_bytes.clear();
+    for (const TpComponent& c : comps_) {
+      counts.push_back(c.footprint->kind == ComponentKind::kAttention ? attention
+                       : c.footprint->kind == ComponentKind::kMlp     ? mlp
+                                                                      : head);
+      rank_bytes.push_back(component_rank_bytes(*c.footprint, counts.back()));
+    }
+    totals.assign(world_, base_);
+    for (const std::vector<uint64_t>& per_rank : rank_bytes) {
+      for (int r = 0; r < world_; ++r) totals[r] += per_rank[r];
+    }
+  }
+
+  // What each rank lacks in the plan's first layout (proportional_layout: whole units, so a rank
+  // may hold a unit more than its exact share): "with the units split in proportion to the caps,
+  // rank 0 needs X more than its C cap, rank 1 needs ...". Called when the caps total too little,
+  // so at least one rank is short.
+  std::string proportional_shortfalls() const {
+    std::vector<std::vector<int64_t>> counts;
+    std::vector<std::vector<uint64_t>> rank_bytes;
+    std::vector<uint64_t> totals;
+    proportional_layout(counts, rank_bytes, totals);
     std::string out = "with the units split in proportion to the caps";
     for (int r = 0; r < world_; ++r) {
-      const uint64_t room = caps[r] - base_;
-      const unsigned __int128 share =
-          room_total == 0 ? (sharded + world_ - 1) / world_
-                          : (static_cast<unsigned __int128>(sharded) * room + room_total - 1) / room_total;
-      if (share <= room) continue;
-      absl::StrAppend(&out, ", rank ", r, " needs ", format_bytes(static_cast<uint64_t>(share - room)),
-                      " more than its ", format_bytes(caps[r]), " cap");
+      if (totals[r] <= options_.caps[r]) continue;
+      absl::StrAppend(&out, ", rank ", r, " needs ", format_bytes(totals[r] - options_.caps[r]), " more than its ",
+                      format_bytes(options_.caps[r]), " cap");
     }
     return out;
   }

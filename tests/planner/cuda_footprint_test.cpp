@@ -138,11 +138,11 @@ TEST_F(CudaFootprint, CudaWorkspaceByHand) {
   EXPECT_EQ(widest_padded_features(config_, slice), 1024);
 }
 
-// Linear scratch F16 + F32 [rows, features] plus split-K attention partials (at most 8192 rows
-// of head_dim + 2 floats).
+// Linear scratch F16 + F32 [rows, features] plus split-K attention partials (at most 32768 rows
+// of head_dim + 2 floats: twice the largest split target, kMaxSplitTargetRows).
 TEST_F(CudaFootprint, ScratchByHand) {
   const uint64_t staging = uint64_t{64} << 20;  // decoded EXL3 rows of a long prefill
-  EXPECT_EQ(cuda_scratch_bytes(256, 4096), 256u * 4096 * 6 + 4u * 8192 * 130 + staging);
+  EXPECT_EQ(cuda_scratch_bytes(256, 4096), 256u * 4096 * 6 + 4u * 32768 * 130 + staging);
   EXPECT_EQ(cuda_scratch_bytes(1, 128), 6u * 128 + 4u * (1 * 2 * 64) * 130 + staging);
   EXPECT_EQ(cuda_attention_scratch_floats(3, 5, 64), 3 * 5 * 64 * 66);
 }
