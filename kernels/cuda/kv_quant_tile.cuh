@@ -52,6 +52,25 @@ struct TileSource {
   }
 };
 
+// unit() of the keys of one block [start, last]: when they lie in one page (always with 32-aligned
+// blocks and pages of a multiple of 32 keys) its page is looked up once and consecutive keys are
+// kv_heads units apart; otherwise each key looks up its own page. (A lookup per copy, a division
+// and a dependent page-table load each, dominated the copies' instructions.)
+struct BlockUnits {
+  const TileSource& src;
+  int32_t start;
+  bool one_page;
+  int64_t first;
+
+  __device__ __forceinline__ BlockUnits(const TileSource& s, int32_t block_start, int32_t last)
+      : src(s), start(block_start), one_page(block_start / s.page_size == last / s.page_size) {
+    first = one_page ? s.unit(block_start) : 0;
+  }
+  __device__ __forceinline__ int64_t operator()(int32_t pos) const {
+    return one_page ? first + static_cast<int64_t>(pos - start) * src.kv_heads : src.unit(pos);
+  }
+};
+
 // cp.async of N = 4, 8 or 16 bytes (16 bypasses L1, the small ones cannot).
 template <int N>
 __device__ __forceinline__ void cp_async(void* smem, const void* gmem) {
@@ -83,11 +102,12 @@ __device__ __forceinline__ void stage_side(const TileSource& src, const ConstKvS
   const int per_key = bits + 1;  // pieces, then the scales
   auto* words = reinterpret_cast<uint32_t*>(stage);
   auto* scales = reinterpret_cast<__half*>(stage + kBlockKeys * kGroups * bits * 4);
+  const BlockUnits units(src, start, min(start + kBlockKeys, end) - 1);
   for (int task = tid; task < kBlockKeys * per_key; task += kThreads) {
     const int j = task / per_key, c = task % per_key;
     const int32_t pos = start + j;
     if (pos >= end) continue;
-    const int64_t unit = src.unit(pos);
+    const int64_t unit = units(pos);
     if (c < bits) {
       cp_async<kPieceBytes>(words + (j * bits + c) * kGroups, side.words + (unit * bits + c) * kGroups);
     } else {
@@ -102,11 +122,12 @@ __device__ __forceinline__ void copy_f16_side(const TileSource& src, const Const
                                               int32_t end, __half* tile, int tid) {
   if (side.bits != 16) return;
   constexpr int kParts = D / 8;  // 16-byte pieces per row
+  const BlockUnits units(src, start, min(start + kBlockKeys, end) - 1);
   for (int task = tid; task < kBlockKeys * kParts; task += kThreads) {
     const int j = task / kParts, part = task % kParts;
     const int32_t pos = start + j;
     const bool valid = pos < end;
-    const int64_t offset = valid ? src.unit(pos) * D + part * 8 : 0;
+    const int64_t offset = valid ? units(pos) * D + part * 8 : 0;
     attention_detail::cp_async16(tile + j * row_stride<D>() + part * 8, side.pages + offset, valid);
   }
 }

@@ -346,6 +346,14 @@ std::vector<Case> cases() {
       {"q44_prefill_long_gqa4", 32, 8, 128, 16, 4, 4, 0, {{0, 150}}},
       {"q44_chunked_with_split_decode", 32, 8, 128, 16, 4, 4, 0, {{1000, 40}, {1800, 1}, {500, 1}, {0, 23}}},
       {"q53_window_chunked_split_decode", 32, 8, 64, 16, 5, 3, 200, {{900, 33}, {1700, 1}, {150, 1}}},
+      // Pages of 64 and 256 keys (the engine's): a block of 32 keys from one page takes one
+      // page-table lookup; a window starting between multiples of 32 makes blocks that straddle
+      // two pages next to blocks that do not.
+      {"q44_decode_long_p256", 32, 8, 128, 256, 4, 4, 0, {{2047, 1}, {600, 1}, {255, 1}}},
+      {"q53_chunked_split_decode_p256", 32, 8, 64, 256, 5, 3, 0, {{900, 33}, {1700, 1}, {0, 40}}},
+      {"q44_window_decode_p64", 32, 8, 128, 64, 4, 4, 300, {{3000, 1}, {700, 1}, {10, 1}, {299, 1}}},
+      {"f16_window_decode_p64", 32, 8, 128, 64, 16, 16, 300, {{3000, 1}, {700, 1}, {299, 1}}},
+      {"f16_window_chunked_p256", 12, 4, 64, 256, 16, 16, 77, {{500, 40}, {1300, 1}, {3, 2}}},
   };
   list.insert(list.end(), long_cases.begin(), long_cases.end());
   for (int bits = 2; bits <= 8; ++bits) {
