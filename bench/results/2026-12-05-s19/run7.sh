@@ -4,8 +4,11 @@
 # cases (64- and 256-key pages, windows starting between multiples of 32); then the kept tree
 # (exl3-bench) against base (exl3-bench-base = 72b71b7) in the model, which this session timed only
 # with a merge that is not kept: 8B at 2048-token prompts int8 off, two rounds; 8B int8 auto at
-# 32- and 512-token prompts; 70B at 2048-token prompts.
-# Bundle: exl3-bench, exl3-bench-base, cuda_ops_gpu_test, backend_ops_gpu_test, kv_quant_gpu_test,
+# 32- and 512-token prompts; 70B at 2048-token prompts. Last, the quantized cache's split target
+# (kSplitTargetRows, attention_quant.cu: 4096, kept in session 18 because a 4-bit cache lost with
+# more splits, each of whose blocks then paid a page lookup per key) at 16384 as the F16 path's:
+# exl3-bench-q16k, the same tree with that constant, the attention op at 8- and 4-bit caches.
+# Bundle: exl3-bench, exl3-bench-base, exl3-bench-q16k, cuda_ops_gpu_test, backend_ops_gpu_test, kv_quant_gpu_test,
 # quantized_cache_model_gpu_test, step_graph_gpu_test, llama_model_gpu_test.
 set -u
 B=/tmp/g/bin; S=$OUT/summary.txt; R=$OUT/r; mkdir -p $R
@@ -45,6 +48,17 @@ for v in base load; do
   timeout 120 $B/exl3-bench-$v model --model /tmp/m70 --backend cuda --prefill 128 --prefill-repeats 1 --batch 1,16,32 \
     --decode-prompt 2048 --decode-steps 8 --int8-activations auto > $R/70b-p2048-$v.log 2>&1
   echo "70b p2048 auto $v: $(grep -E 'decode batch' $R/70b-p2048-$v.log | awk '{print $(NF-1)}' | tr '\n' ' ')" >> $S
+done
+rm -rf /tmp/m70
+$B/exl3-bench make-model --shape llama-3.1-8b --out /tmp/m8 > $R/make-8b-2.log 2>&1
+for bits in 8 4; do
+  for ctx in 512 2048 8192; do
+    for v in load q16k; do
+      timeout 60 $B/exl3-bench-$v kernels --model /tmp/m8 --backend cuda --rows 1,4,16,32,64 --context $ctx --timing graph \
+        --cache-bits $bits --markdown $R/kernels-$v-k$bits-ctx$ctx.md > $R/kernels-$v-k$bits-ctx$ctx.log 2>&1
+      echo "attention cache $bits ctx $ctx $v: $(grep -E '^\| attention' $R/kernels-$v-k$bits-ctx$ctx.md | awk -F'|' '{print $6}' | tr -s ' ' | tr '\n' ' ')" >> $S
+    done
+  done
 done
 echo "done at $SECONDS s" >> $S
 tar -C $OUT -cJf $OUT/results.tar.xz r && rm -rf $R
