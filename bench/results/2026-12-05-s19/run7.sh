@@ -7,8 +7,12 @@
 # 32- and 512-token prompts; 70B at 2048-token prompts. Last, the quantized cache's split target
 # (kSplitTargetRows, attention_quant.cu: 4096, kept in session 18 because a 4-bit cache lost with
 # more splits, each of whose blocks then paid a page lookup per key) at 16384 as the F16 path's:
-# exl3-bench-q16k, the same tree with that constant, the attention op at 8- and 4-bit caches.
-# Bundle: exl3-bench, exl3-bench-base, exl3-bench-q16k, cuda_ops_gpu_test, backend_ops_gpu_test, kv_quant_gpu_test,
+# exl3-bench-q16k, the same tree with that constant, the attention op at 8- and 4-bit caches. And
+# exl3-bench-compact: the same tree with the per-key copy loop (blocks that straddle two pages) not
+# unrolled (#pragma unroll 1 in load_kv_block), which cuts the F16 decode kernel from 3,024 to
+# 2,176 instructions (48 to 35 KB of code; run 5's unexplained 1-5 us between two builds whose
+# decode kernels and merges match suggests code placement matters to this latency-bound kernel).
+# Bundle: exl3-bench, exl3-bench-base, exl3-bench-q16k, exl3-bench-compact, cuda_ops_gpu_test, backend_ops_gpu_test, kv_quant_gpu_test,
 # quantized_cache_model_gpu_test, step_graph_gpu_test, llama_model_gpu_test.
 set -u
 B=/tmp/g/bin; S=$OUT/summary.txt; R=$OUT/r; mkdir -p $R
@@ -58,6 +62,18 @@ for bits in 8 4; do
         --cache-bits $bits --markdown $R/kernels-$v-k$bits-ctx$ctx.md > $R/kernels-$v-k$bits-ctx$ctx.log 2>&1
       echo "attention cache $bits ctx $ctx $v: $(grep -E '^\| attention' $R/kernels-$v-k$bits-ctx$ctx.md | awk -F'|' '{print $6}' | tr -s ' ' | tr '\n' ' ')" >> $S
     done
+  done
+done
+for round in 1 2; do
+  for v in load compact; do
+    for ctx in 512 2048; do
+      timeout 60 $B/exl3-bench-$v kernels --model /tmp/m8 --backend cuda --rows 1,4,16,32,64 --context $ctx --timing graph \
+        --markdown $R/kernels-$v-ctx$ctx-$round.md > $R/kernels-$v-ctx$ctx-$round.log 2>&1
+      echo "attention ctx $ctx $v round $round: $(grep -E '^\| attention' $R/kernels-$v-ctx$ctx-$round.md | awk -F'|' '{print $6}' | tr -s ' ' | tr '\n' ' ')" >> $S
+    done
+    timeout 60 $B/exl3-bench-$v model --model /tmp/m8 --backend cuda --prefill 128 --prefill-repeats 1 --batch 1,4,16 \
+      --decode-prompt 512 --decode-steps 64 --int8-activations auto > $R/p512-$v-$round.log 2>&1
+    echo "8b p512 auto $v round $round: $(grep -E 'decode batch' $R/p512-$v-$round.log | awk '{print $(NF-1)}' | tr '\n' ' ')" >> $S
   done
 done
 echo "done at $SECONDS s" >> $S
