@@ -34,7 +34,7 @@ using attention_detail::window_start;
 using attention_split::SplitPlan;
 
 // Split-K policy for the decode kernel: split keys only while the batch has fewer (token, head)
-// rows than a Source's target (kSplitTargetRows: below it the GPU's ~132 SMs are not filled by
+// rows than a Source's target (split_target_rows: below it the GPU's ~132 SMs are not filled by
 // whole-context warps), into at most kMaxSplits splits (of at least a Source's kMinKeysPerSplit
 // keys).
 constexpr int64_t kMaxSplits = 64;
@@ -54,7 +54,7 @@ struct F16Source {
   // -> 3,656 / 3,677 tokens/s (+15%), 16 +8.3%, 4 -2.2%, 1 even; at 32-token prompts batch 32
   // +3.0%. Each warp walks a KV head's whole group, so 4096 rows gave batch 32 four splits: 1,024
   // one-warp blocks of 512 keys, 1.3 waves at the 6 an SM holds; 16384 gives 4,096 of 128.
-  static constexpr int64_t kSplitTargetRows = 16384;
+  static int64_t split_target_rows(const AttentionParams&) { return 16384; }
 
   template <int D, int kThreads>
   __device__ __forceinline__ static F16Blocks<D, kThreads> blocks(const AttnArgs& a, int32_t seq, int32_t kv_head,

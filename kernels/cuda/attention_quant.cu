@@ -39,10 +39,13 @@ using kv_quant_tile::TileSource;
 struct QuantSource {
   static constexpr int kPrefillWarps = 8;
   static constexpr int64_t kMinKeysPerSplit = kBlockKeys;  // one block, as the F16 path's
-  // Not the F16 path's 16384 (session 18, H100, bench/results/2026-12-05-s18/ run 9, the op alone
-  // at 2048 keys): an 8-bit cache gained (batch 32 315.8 -> 249.5 us) but a 4-bit one, whose
-  // blocks cost more to dequantize, lost at batch 4-32 (25.3 -> 29.6 us at 4, 160.7 -> 165.0 at 32).
-  static constexpr int64_t kSplitTargetRows = 4096;
+  // The F16 path's 16384 but where both sides are 4 bits: 4096. Session 20 (H100,
+  // bench/results/2026-12-05-s20/ runs 2-3, the op alone, 2048 keys, batch 4/16/32/64, us): with
+  // the one-page block copies every width but 4/4 gains from more splits (8-bit 37.1 / 128.1 / 257.0
+  // / 497.6 -> 36.0 / 113.5 / 211.6 / 400.8, 2-bit batch 32 169.6 -> 149.6, K8/V4 233.3 -> 184.8;
+  // at 8192 keys batch 32 8-bit 989 -> 790) while 4/4 loses at batch 4-32 (23.5 / 72.2 / 143.4 ->
+  // 27.8 / 80.8 / 147.7; 8192 keys even), as in session 18 before those copies.
+  static int64_t split_target_rows(const AttentionParams& p) { return p.k_bits == 4 && p.v_bits == 4 ? 4096 : 16384; }
 
   template <int D, int kThreads>
   __device__ __forceinline__ static KvBlocks<D, kThreads> blocks(const AttnArgs& a, int32_t seq, int32_t kv_head,
