@@ -179,11 +179,13 @@ std::string model_bench_markdown(const ModelBenchResult& r) {
       "# exl3-bench model: %s\n\n"
       "- backend: %s\n- model: %s, %d layers, hidden %d, intermediate %d, heads %d/%d, head_dim %d, vocab %d, "
       "%.3f bpw, %.3f GB stored, %.3f GB held by the backend\n"
-      "- copy bandwidth: %.1f GB/s (bytes read + written)\n- step graphs: %s\n%s- commit %s, %s\n\n",
+      "- copy bandwidth: %.1f GB/s (bytes read + written)\n- step graphs: %s; int8 activations: %s; KV cache bits: %s\n"
+      "%s- commit %s, %s\n\n",
       m.name, r.backend_description, m.architecture, m.num_layers, m.hidden_size, m.intermediate_size, m.num_heads,
       m.num_kv_heads, m.head_dim, m.vocab_size, m.decoder_bpw, m.stored_bytes / 1e9, m.weight_bytes / 1e9,
-      r.copy_bandwidth_gbs, r.environment.value("step_graphs", std::string("off")), ranks_line(r.environment),
-      bench_git_commit(),
+      r.copy_bandwidth_gbs, r.environment.value("step_graphs", std::string("off")),
+      r.environment.value("int8_activations", std::string("off")),
+      r.environment.value("cache_bits", std::string("16,16")), ranks_line(r.environment), bench_git_commit(),
       r.environment.value("date", std::string("unknown")));
   s += "## Prefill\n\n| tokens | ms | tokens/s |\n|---:|---:|---:|\n";
   for (const PrefillRow& p : r.prefill) {

@@ -20,6 +20,7 @@
 #include "worker/comm/all_reduce_mode.h"
 #include "worker/comm/in_memory_store.h"
 #include "worker/engine.h"
+#include "worker/kv_cache_bits.h"
 #include "worker/loader/safetensors.h"
 #include "worker/model/config.h"
 #include "worker/model/llama_model.h"
@@ -118,12 +119,16 @@ absl::StatusOr<uint64_t> count_exl3_weights(const std::string& model_dir) {
 }
 
 // Bytes attention reads per step for sequences whose new tokens sit at `positions`: keys and
-// values of positions 0..p in every layer.
-uint64_t kv_bytes_read(const ModelConfig& c, const std::vector<int64_t>& positions, uint64_t element_bytes) {
+// values of positions 0..p in every layer, each token's K and V vectors at the cache's widths
+// (element_bytes a full-precision element; quantized words and scales otherwise).
+uint64_t kv_bytes_read(const ModelConfig& c, const std::vector<int64_t>& positions, const KvCacheBits& bits,
+                       uint64_t element_bytes) {
   uint64_t attended = 0;
   for (int64_t p : positions) attended += static_cast<uint64_t>(p + 1);
-  return static_cast<uint64_t>(c.num_layers) * 2 * static_cast<uint64_t>(c.num_kv_heads) *
-         static_cast<uint64_t>(c.head_dim) * attended * element_bytes;
+  const int64_t token_dim = c.num_kv_heads * c.head_dim;
+  const uint64_t token_bytes =
+      kv_token_bytes(token_dim, bits.k, element_bytes) + kv_token_bytes(token_dim, bits.v, element_bytes);
+  return static_cast<uint64_t>(c.num_layers) * attended * token_bytes;
 }
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -259,7 +264,7 @@ absl::StatusOr<DecodeRow> bench_decode(Engine& engine, const ModelBenchOptions& 
     for (size_t i = 0; i < seqs.size(); ++i) sampled[i] = out.tokens.at(i).second.at(0);
     if (step < o.warmup) continue;
     total += *t;
-    kv_total += kv_bytes_read(c, step_positions, kv_element);
+    kv_total += kv_bytes_read(c, step_positions, engine.cache_shape().bits(), kv_element);
     for (int64_t p : step_positions) context_total += static_cast<double>(p + 1);
   }
   engine.release(ids);
@@ -399,6 +404,7 @@ absl::Status validate_model_bench_options(const ModelBenchOptions& o) {
   if (o.decode_prompt < 1) return absl::InvalidArgumentError("--decode-prompt must be >= 1");
   if (o.decode_prompt_chunk < 1) return absl::InvalidArgumentError("--decode-prompt-chunk must be >= 1");
   if (o.page_size < 1) return absl::InvalidArgumentError("--page-size must be >= 1");
+  EXL3_RETURN_IF_ERROR(parse_kv_cache_bits(o.cache_bits, "--cache-bits").status());
   return validate_bench_ranks(o);
 }
 
@@ -409,6 +415,8 @@ absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
   result.environment = capture_environment(o.backend, device0, o.argv);
   result.environment["step_graphs"] = o.step_graphs ? "on" : "off";
   result.environment["int8_activations"] = o.int8_activations;
+  EXL3_ASSIGN_OR_RETURN(const KvCacheBits cache_bits, parse_kv_cache_bits(o.cache_bits, "--cache-bits"));
+  result.environment["cache_bits"] = kv_cache_bits_name(cache_bits);
   result.environment["ranks"] = o.ranks;
   if (o.ranks > 1) {
     result.environment["mode"] = o.mode;
@@ -446,6 +454,7 @@ absl::StatusOr<ModelBenchResult> run_model_bench(const ModelBenchOptions& o) {
   eo.max_seqs = max_batch;
   eo.max_logit_rows = max_batch;
   eo.step_graphs = o.step_graphs;
+  eo.cache_bits = cache_bits;
   EXL3_ASSIGN_OR_RETURN(const std::vector<ModelShard> shards,
                         plan_bench_shards(o, config, eo, std::max(max_prefill, decode_positions)));
   if (o.ranks > 1) {
@@ -538,6 +547,11 @@ void add_model_bench_command(CLI::App& app, ModelBenchOptions& o) {
                   "of at most this many (a longer prompt in pieces), which bounds the step's scratch memory")
       ->capture_default_str();
   cmd->add_option("--page-size", o.page_size, "KV cache page size")->capture_default_str();
+  cmd->add_option("--cache-bits", o.cache_bits,
+                  "KV cache widths K,V, each 2..8 (quantized: bit planes and a scale per 32 elements) or 16 (pages of "
+                  "the backend's kv_dtype), or N for N,N, as exl3-launch --cache-bits; the decode rows' KV bytes are "
+                  "counted at these widths")
+      ->capture_default_str();
   o.int8_activations = "off";
   cmd->add_option("--int8-activations", o.int8_activations, int8_activations_flag_help())
       ->check(CLI::IsMember({"off", "auto", "on"}))

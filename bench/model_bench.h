@@ -33,6 +33,7 @@ struct ModelBenchOptions {
   int64_t decode_prompt = 32;                   // prompt tokens of every decode sequence
   int64_t decode_prompt_chunk = 2048;           // most prompt tokens of the decode sequences in one step
   int64_t page_size = 256;                      // KV cache page size
+  std::string cache_bits = "16,16";             // --cache-bits K,V (worker/kv_cache_bits.h)
   bool step_graphs = true;                      // decode steps replay CUDA graphs (EngineOptions::step_graphs)
   std::string int8_activations = "off";         // --int8-activations off|auto|on (kernels/int8_activations.h)
   // Several ranks: threads of this process, each with its backend, communicator and shard.

@@ -79,7 +79,8 @@ absl::StatusOr<std::vector<ModelShard>> plan_bench_shards(const ModelBenchOption
   if (o.ranks == 1) return std::vector<ModelShard>{ModelShard::full(config)};
   const BackendKind kind = o.backend == "cuda" ? BackendKind::kCuda : BackendKind::kCpu;
   EXL3_ASSIGN_OR_RETURN(SafetensorsCollection tensors, SafetensorsCollection::open_dir(o.model_dir));
-  EXL3_ASSIGN_OR_RETURN(const ModelFootprint footprint, build_model_footprint(config, kind, &tensors));
+  EXL3_ASSIGN_OR_RETURN(ModelFootprint footprint, build_model_footprint(config, kind, &tensors));
+  EXL3_RETURN_IF_ERROR(footprint.set_cache_bits(engine.cache_bits));
   PlannerOptions p;
   EXL3_ASSIGN_OR_RETURN(p.mode, parse_plan_mode(o.mode));
   for (int r = 0; r < o.ranks; ++r) {

@@ -1,7 +1,8 @@
 // exl3-bench model on the CPU backend with the embedded 4.0 bpw model and tiny settings: the JSON
 // report parses with every field present, throughputs are positive and finite, roofline figures
 // are sane, the markdown has one row per measurement; several CPU ranks (tensor parallel, layer
-// split) run and report; bad flags fail with clear messages.
+// split) run and report; a quantized KV cache's bytes are counted at its widths; bad flags fail
+// with clear messages.
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -212,6 +213,33 @@ TEST(ModelBench, CpuRanksRunTensorParallelAndLayerSplit) {
   }
   EXPECT_NE(md.find("- ranks: 2, tensor parallel"), std::string::npos) << md;
   EXPECT_EQ(table_rows(md, "## Decode"), 2) << md;
+}
+
+// --cache-bits 8,4 (a quantized KV cache, as exl3-launch --cache-bits): the report names the widths
+// and counts each token's K at 8 bits and V at 4 (per 32 elements, bits words and a 2-byte scale:
+// 256 / 32 · (4 · 8 + 2) + 256 / 32 · (4 · 4 + 2) = 416 bytes a token and layer), one rank and two
+// (tensor parallel: the planner prices that cache); a width the cache cannot hold is refused by name.
+TEST(ModelBench, CpuQuantizedCacheRowsCountItsBytes) {
+  std::string md;
+  const json one = tiny_run("cache84", {"--cache-bits", "8,4"}, &md);
+  EXPECT_NE(md.find("KV cache bits: 8,4"), std::string::npos) << md;
+  const json tp = tiny_run("cache84-tp2", {"--cache-bits", "8,4", "--ranks", "2"});
+  ASSERT_FALSE(one.is_null() || tp.is_null());
+  for (const json* j : {&one, &tp}) {
+    EXPECT_EQ(j->at("environment").at("cache_bits"), "8,4");
+    ASSERT_EQ(j->at("decode").size(), 2u);
+    for (const json& d : j->at("decode")) {
+      SCOPED_TRACE(d.dump());
+      EXPECT_TRUE(positive_finite(d.at("tokens_per_s")));
+      // Prompt 8, 1 warmup step: the 2 measured steps attend 10 and 11 positions; 4 layers.
+      EXPECT_EQ(d.at("kv_bytes").get<uint64_t>(), d.at("batch").get<uint64_t>() * 4 * 416 * 21 / 2);
+    }
+  }
+  EXPECT_EQ(tiny_run("cache16", {}).at("environment").at("cache_bits"), "16,16");
+  auto [rc, err] = run_cli(
+      {"model", "--model", model_dir(), "--backend", "cpu", "--prefill", "16", "--batch", "1", "--cache-bits", "9"});
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--cache-bits"), std::string::npos) << err;
 }
 
 TEST(ModelBench, BadRankFlagsAreRefusedByName) {
