@@ -25,8 +25,8 @@ int bench_rank_device(const ModelBenchOptions& o, int rank);
 
 // One shard per rank: the whole model for one rank; otherwise the planner's plans for o.mode with
 // caps o.split (or equal caps, far above the model: an even split), pricing the KV cache (at
-// engine.cache_bits) and step sizes of `engine` exactly and sequences of up to `longest_sequence` tokens. The planner's
-// errors (a split that cannot hold the model) pass through, naming the split.
+// engine.cache_bits) and step sizes of `engine` exactly and sequences of up to `longest_sequence`
+// tokens. The planner's errors (a split that cannot hold the model) pass through, naming the split.
 absl::StatusOr<std::vector<ModelShard>> plan_bench_shards(const ModelBenchOptions& o, const ModelConfig& config,
                                                           const EngineOptions& engine, int64_t longest_sequence);
 

@@ -218,7 +218,8 @@ TEST(ModelBench, CpuRanksRunTensorParallelAndLayerSplit) {
 // --cache-bits 8,4 (a quantized KV cache, as exl3-launch --cache-bits): the report names the widths
 // and counts each token's K at 8 bits and V at 4 (per 32 elements, bits words and a 2-byte scale:
 // 256 / 32 · (4 · 8 + 2) + 256 / 32 · (4 · 4 + 2) = 416 bytes a token and layer), one rank and two
-// (tensor parallel: the planner prices that cache); a width the cache cannot hold is refused by name.
+// (tensor parallel: the planner prices that cache); a width outside 2..8 and 16 is refused, naming
+// the flag.
 TEST(ModelBench, CpuQuantizedCacheRowsCountItsBytes) {
   std::string md;
   const json one = tiny_run("cache84", {"--cache-bits", "8,4"}, &md);
