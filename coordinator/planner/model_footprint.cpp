@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/attention_scratch.h"
 #include "kernels/oneshot_all_reduce_lines.h"
 
 namespace exl3 {
@@ -365,11 +366,6 @@ absl::StatusOr<ModelFootprint> build_model_footprint(const ModelConfig& c, Backe
 namespace {
 
 constexpr uint64_t kWorkspaceAlign = 256;  // Workspace::aligned (worker/model/workspace.h)
-// kernels/cuda/attention_split.h and attention.cu: the largest split-K rows target of a block
-// source (kMaxSplitTargetRows) and the most splits of one decode token.
-constexpr int64_t kAttentionMaxSplitTargetRows = 16384;
-constexpr int64_t kAttentionMaxSplits = 64;
-constexpr int64_t kAttentionMaxHeadDim = 128;  // reserve_scratch sizes for head_dim <= 128
 
 uint64_t align_workspace(uint64_t bytes) { return (bytes + kWorkspaceAlign - 1) / kWorkspaceAlign * kWorkspaceAlign; }
 
@@ -402,14 +398,9 @@ int64_t widest_padded_features(const ModelConfig& c, const RankShape& rank) {
   return pad128(widest);
 }
 
-int64_t cuda_attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim) {
-  return std::min(tokens * heads * kAttentionMaxSplits, 2 * kAttentionMaxSplitTargetRows) * (head_dim + 2);
-}
-
 uint64_t cuda_scratch_bytes(int64_t rows, int64_t features) {
   const uint64_t linear = u64(rows) * u64(features) * (2 + 4);  // F16 and F32 [rows, features]
-  const int64_t floats =
-      cuda_attention_scratch_floats(rows, std::max<int64_t>(1, features / 64), kAttentionMaxHeadDim);
+  const int64_t floats = attention_scratch::reserve_floats(rows, features);
   // The fp16 staging of decoded EXL3 weight rows for long prefills (kDequantChunkBytes in
   // kernels/cuda/cuda_backend.cpp).
   constexpr uint64_t kDequantStagingBytes = uint64_t{64} << 20;

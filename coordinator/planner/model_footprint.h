@@ -211,9 +211,8 @@ int64_t widest_padded_features(const ModelConfig& config, const RankShape& rank)
 
 // CUDA backend scratch for `rows` rows through linears of `features` padded features: linear
 // scratch F16 + F32 [rows, features] and the attention split-K scratch (mirrors reserve_scratch in
-// kernels/cuda/cuda_backend.cpp and attention_scratch_floats in kernels/cuda/attention.cu).
+// kernels/cuda/cuda_backend.cpp; the attention's share is kernels/attention_scratch.h's).
 uint64_t cuda_scratch_bytes(int64_t rows, int64_t features);
-int64_t cuda_attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim);
 
 // Everything besides weights and KV cache that one CUDA rank holds, by part.
 struct CudaRankReserve {

@@ -37,7 +37,7 @@ using attention_split::SplitPlan;
 // rows than a Source's target (split_target_rows: below it the GPU's ~132 SMs are not filled by
 // whole-context warps), into at most kMaxSplits splits (of at least a Source's kMinKeysPerSplit
 // keys).
-constexpr int64_t kMaxSplits = 64;
+using attention_scratch::kMaxSplits;
 
 // Blocks of keys from F16 pages (both sides at 16 bits), the block source of attention_kernels.cuh
 // and attention_launch.cuh for this path.
@@ -143,9 +143,7 @@ void launch_attention_merge(const AttentionParams& p, const SplitPlan& plan, cud
 int64_t attention_scratch_floats(int64_t tokens, int64_t heads, int64_t head_dim) {
   EXL3_CHECK(tokens >= 0 && heads > 0 && head_dim > 0, "attention_scratch_floats: tokens ", tokens, " heads ", heads,
              " head_dim ", head_dim);
-  // Splits happen only while tokens·heads < the target, and then tokens·heads·splits < target +
-  // tokens·heads < 2·kMaxSplitTargetRows: a bound for every batch of at most `tokens`.
-  return std::min(tokens * heads * kMaxSplits, 2 * attention_split::kMaxSplitTargetRows) * (head_dim + 2);
+  return attention_scratch::floats(tokens, heads, head_dim);
 }
 
 // Contract: k_bits = v_bits = 16 here (otherwise launch_attention_quant's contract applies);

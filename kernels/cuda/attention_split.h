@@ -11,6 +11,7 @@
 
 #include <cstdint>
 
+#include "kernels/attention_scratch.h"
 #include "kernels/cuda/paged_attention.cuh"
 
 namespace exl3::attention_split {
@@ -21,7 +22,7 @@ struct SplitPlan {
 };
 
 // The largest target_rows plan_splits takes (attention_scratch_floats holds the partials of it).
-constexpr int64_t kMaxSplitTargetRows = 16384;
+using attention_scratch::kMaxSplitTargetRows;
 
 // Splits for a batch of `tokens` tokens of `heads` heads whose largest position is max_position:
 // while tokens · heads < target_rows (at most kMaxSplitTargetRows), about target_rows (token, head,

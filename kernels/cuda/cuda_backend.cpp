@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/attention_scratch.h"
 #include "kernels/cuda/count_nonfinite.cuh"
 #include "kernels/cuda/cuda_check.cuh"
 #include "kernels/cuda/cuda_checks.h"
@@ -471,10 +472,8 @@ class CudaBackend final : public Backend {
     scratch_rows_ = rows;
     scratch_features_ = features;
 
-    // attention_scratch_floats grows with tokens · heads and head_dim; heads · head_dim is at most
-    // max_features and head_dim at most 128, so (rows, features / 64, 128) bounds every attention
-    // this backend will be asked to run (attention() checks it anyway).
-    const int64_t floats = attention_scratch_floats(rows, std::max<int64_t>(1, features / 64), 128);
+    // Bounds every attention this backend will be asked to run (attention() checks it anyway).
+    const int64_t floats = attention_scratch::reserve_floats(rows, features);
     EXL3_ASSIGN_OR_RETURN(attention_scratch_,
                           allocator_.allocate(static_cast<uint64_t>(floats) * sizeof(float),
                                               absl::StrCat("attention scratch (", floats, " floats)")));

@@ -12,6 +12,7 @@
 #include "coordinator/planner/plan_table.h"
 #include "coordinator/planner/shard_planner.h"
 #include "gtest/gtest.h"
+#include "kernels/attention_scratch.h"
 #include "planner/rank_plan_conversions.h"
 #include "worker/kv_cache.h"
 #include "worker/model/llama_model.h"
@@ -144,7 +145,7 @@ TEST_F(CudaFootprint, ScratchByHand) {
   const uint64_t staging = uint64_t{64} << 20;  // decoded EXL3 rows of a long prefill
   EXPECT_EQ(cuda_scratch_bytes(256, 4096), 256u * 4096 * 6 + 4u * 32768 * 130 + staging);
   EXPECT_EQ(cuda_scratch_bytes(1, 128), 6u * 128 + 4u * (1 * 2 * 64) * 130 + staging);
-  EXPECT_EQ(cuda_attention_scratch_floats(3, 5, 64), 3 * 5 * 64 * 66);
+  EXPECT_EQ(attention_scratch::floats(3, 5, 64), 3 * 5 * 64 * 66);
 }
 
 // The reserve of every CUDA rank: workspace, scratch and engine buffers for the widest rank, the
