@@ -25,6 +25,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "bench/bench_cuda.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/exl3_gemv.cuh"
 #include "kernels/cuda/exl3_gemv_layout.cuh"
@@ -209,11 +210,6 @@ Tensor random_scales(int64_t count, uint64_t seed) {
   auto* h = static_cast<uint16_t*>(t.mutable_raw());
   for (int64_t i = 0; i < count; ++i) h[i] = float_to_half_bits((rng() & 1u) ? -mag(rng) : mag(rng));
   return t;
-}
-
-absl::Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
 }
 
 // Start and end events, destroyed on every path.

@@ -11,6 +11,8 @@
 #include <cublas_v2.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+
+#include "bench/bench_cuda.h"
 #endif
 
 namespace exl3 {
@@ -52,11 +54,6 @@ struct CudaScratch {
   }
 };
 
-absl::Status cuda_status(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(err)));
-}
-
 absl::Status cublas_status(cublasStatus_t st, const char* what) {
   if (st == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
   return absl::InternalError(absl::StrCat(what, ": cuBLAS status ", static_cast<int>(st)));
@@ -87,7 +84,7 @@ absl::StatusOr<MeasuredPeaks> measure_cuda_peaks(int device, uint64_t bytes, int
   if (bytes == 0 || iters < 1 || gemm_n < 1) {
     return absl::InvalidArgumentError("cuda peaks: bytes, gemm size and iters must be positive");
   }
-  EXL3_PEAK_TRY(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
+  EXL3_PEAK_TRY(select_cuda_device(device));
   CudaScratch s;
   EXL3_PEAK_TRY(cuda_status(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate"));
   EXL3_PEAK_TRY(cuda_status(cudaEventCreate(&s.begin), "cudaEventCreate"));

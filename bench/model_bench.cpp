@@ -28,6 +28,8 @@
 
 #ifdef EXL3_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "bench/bench_cuda.h"
 #endif
 
 namespace exl3 {
@@ -61,16 +63,11 @@ double cpu_copy_bandwidth_gbs() {
 }
 
 #ifdef EXL3_HAVE_CUDA
-absl::Status cuda_status(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-
 // Device-to-device cudaMemcpyAsync of 1 GiB timed with events, best of a few runs; bytes read +
 // written per second (1e9), as docs/hardware.md counts copy bandwidth.
 absl::StatusOr<double> cuda_copy_bandwidth_gbs(int device) {
   const size_t bytes = size_t{1} << 30;
-  EXL3_RETURN_IF_ERROR(cuda_status(cudaSetDevice(device), "cudaSetDevice"));
+  EXL3_RETURN_IF_ERROR(select_cuda_device(device));
   void* src = nullptr;
   void* dst = nullptr;
   cudaStream_t stream = nullptr;

@@ -4,6 +4,7 @@
 // checks its contract and calls the loops in kernels/cpu/.
 #include <atomic>
 #include <cstring>
+#include <new>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -47,14 +48,27 @@ class CpuBackend final : public Backend {
   DType kv_dtype() const override { return DType::kF32; }
 
   absl::StatusOr<Tensor> allocate(DType dtype, const Shape& shape, const std::string& what) override {
-    const uint64_t bytes = static_cast<uint64_t>(shape_numel(shape)) * dtype_size(dtype);
+    uint64_t bytes = dtype_size(dtype);
+    for (int64_t d : shape) {
+      EXL3_CHECK(d >= 0, "allocate ", what, ": negative dimension in ", shape_string(shape));
+      if (__builtin_mul_overflow(bytes, static_cast<uint64_t>(d), &bytes)) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("cpu backend: allocating ", what, " ", shape_string(shape), ": the size overflows 64 bits"));
+      }
+    }
     const uint64_t live = live_->load();
     if (cap_ > 0 && live + bytes > cap_) {
       return absl::ResourceExhaustedError(absl::StrCat("cpu backend: allocating ", what, " (", mib(bytes),
                                                        ") would exceed the cap of ", mib(cap_), " (", mib(live),
                                                        " in use): short by ", mib(live + bytes - cap_)));
     }
-    Tensor host = Tensor::zeros(dtype, shape);
+    Tensor host;
+    try {
+      host = Tensor::zeros(dtype, shape);
+    } catch (const std::bad_alloc&) {
+      return absl::ResourceExhaustedError(absl::StrCat("cpu backend: allocating ", what, " (", mib(bytes), ", ",
+                                                       mib(live), " in use): out of host memory"));
+    }
     live_->fetch_add(bytes);
     // The counter drops when the last view of the buffer goes away.
     auto counter = live_;
