@@ -56,10 +56,12 @@ v1::GenerateRequest bench_request(const ServeBenchOptions& o, int32_t vocab, int
   return req;
 }
 
+// client: the measured client's index, or -1 for the warm-up request.
 StreamResult stream_one(v1::Inference::Stub& stub, const ServeBenchOptions& o, int32_t vocab, int client,
                         int max_new_tokens) {
-  return stream_generate(stub, bench_request(o, vocab, client, max_new_tokens), o.request_timeout_s, -1,
-                         absl::StrCat("Generate (client ", client, ")"));
+  return stream_generate(
+      stub, bench_request(o, vocab, client, max_new_tokens), o.request_timeout_s, -1,
+      client < 0 ? std::string("Generate (warm-up request)") : absl::StrCat("Generate (client ", client, ")"));
 }
 
 absl::StatusOr<ServeRound> run_round(const std::string& address, const ServeBenchOptions& o, int32_t vocab,

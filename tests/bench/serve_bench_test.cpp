@@ -110,6 +110,20 @@ TEST(ServeBench, TooManyStopStringsAreRefusedByName) {
   EXPECT_NE(err.find("stop_strings"), std::string::npos) << err;
 }
 
+// A prompt past the server's limit fails the warm-up request, which the error names, with the
+// server's reason.
+TEST(ServeBench, PromptOverTheServersLimitIsRefusedByName) {
+  const std::string model = std::string(EXL3_SOURCE_DIR) + "/models/exl3-4.0bpw";
+  std::string err;
+  EXPECT_NE(run_bench({"serve", "--launch", "--model " + model + " --cpu-workers 1 --max-seq-len 512", "--launch-bin",
+                       std::string(EXL3_BIN_DIR) + "/exl3-launch", "--clients", "1", "--max-new-tokens", "4",
+                       "--prompt-tokens", "100000", "--ready-timeout", "120"},
+                      &err),
+            0);
+  EXPECT_NE(err.find("Generate (warm-up request)"), std::string::npos) << err;
+  EXPECT_NE(err.find("prompt_tokens is 100000 tokens"), std::string::npos) << err;
+}
+
 TEST(SoakBench, FourClientsForTenSecondsOnTwoCpuWorkers) {
   const std::string json_path = std::string(EXL3_TEST_WORK_DIR) + "/soak_bench_test.json";
   const std::string model = std::string(EXL3_SOURCE_DIR) + "/models/exl3-4.0bpw";
