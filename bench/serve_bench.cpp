@@ -437,10 +437,10 @@ void add_serve_subcommand(CLI::App& app, ServeBenchOptions& o) {
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--request-timeout", o.request_timeout_s, "Deadline of each request, seconds")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1e-3, 1e7))
       ->capture_default_str();
   cmd->add_option("--ready-timeout", o.ready_timeout_s, "Wait for exl3-launch to serve, seconds")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1e-3, 1e7))
       ->capture_default_str();
   cmd->add_option("--stop-strings", o.stop_strings,
                   "Run one extra, unmeasured client beside the measured ones whose requests carry this many stop "

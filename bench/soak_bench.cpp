@@ -359,14 +359,14 @@ void add_soak_subcommand(CLI::App& app, SoakOptions& o) {
   cmd->add_option("--launch", o.launch_args, "Arguments for exl3-launch (one string; --port 0 is added)")->required();
   cmd->add_option("--launch-bin", o.launch_bin, "exl3-launch to run (default: the one beside exl3-bench)");
   cmd->add_option("--clients", o.clients, "Concurrent client loops")->check(CLI::Range(1, 4096))->capture_default_str();
-  cmd->add_option("--duration", o.duration_s, "Seconds of load")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--duration", o.duration_s, "Seconds of load")->check(CLI::Range(1e-3, 1e7))->capture_default_str();
   cmd->add_option("--cancel-fraction", o.cancel_fraction,
                   "Fraction of requests cut short: half cancelled after a random number of tokens, half given a "
                   "deadline of 10 ms..1 s")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   cmd->add_option("--sample-interval", o.sample_interval_s, "Seconds between memory samples and progress lines")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1e-3, 1e7))
       ->capture_default_str();
   cmd->add_option("--max-rss-growth", o.max_rss_growth_pct, "Largest allowed RSS growth after warm-up, percent")
       ->capture_default_str();
@@ -375,10 +375,10 @@ void add_soak_subcommand(CLI::App& app, SoakOptions& o) {
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the clients' random choices")->capture_default_str();
   cmd->add_option("--request-timeout", o.request_timeout_s, "Deadline of requests not meant to be cut short, s")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1e-3, 1e7))
       ->capture_default_str();
   cmd->add_option("--ready-timeout", o.ready_timeout_s, "Wait for exl3-launch to serve, seconds")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(1e-3, 1e7))
       ->capture_default_str();
   cmd->add_option("--json", o.json_path, "Write the results as JSON here");
   cmd->add_option("--markdown", o.markdown_path, "Write the markdown summary here");

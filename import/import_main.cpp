@@ -25,9 +25,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--force", force, "Write into a non-empty OUT_DIR, replacing its JSON files and removing its old "
                                  "*.safetensors and index");
-  app.add_option("--max-shard-gb", max_shard_gb, "Largest safetensors file in GB (10^9 bytes); more tensors go to "
-                                                 "further shards listed in model.safetensors.index.json")
-      ->check(CLI::PositiveNumber)
+  app.add_option("--max-shard-gb", max_shard_gb,
+                 "Largest safetensors file in GB (10^9 bytes); more tensors go to "
+                 "further shards listed in model.safetensors.index.json")
+      ->check(CLI::Range(1e-3, 1e6))
       ->capture_default_str();
   app.add_flag("--quiet", quiet, "No progress lines on stderr (errors are still printed)");
   CLI11_PARSE(app, argc, argv);

@@ -47,7 +47,7 @@ int main(int argc, char** argv) {
                  "(within its own CUDA_VISIBLE_DEVICES). Default: every visible GPU");
   app.add_option("--cpu-workers", cpu_workers,
                  "Run N workers on the CPU instead (reference kernels + BLAS, Gloo collectives); not with --gpus")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1024));
   app.add_option("--split", split,
                  "Per-worker memory caps in GiB, comma separated, e.g. 20,24: hard caps the planner fits each worker's "
                  "shard into. With GPUs: per GPU, for the whole worker process (weights, KV cache, workspace, CUDA "

@@ -25,7 +25,9 @@ int main(int argc, char** argv) {
   std::string mode = "tp", split, backend = "cpu";
   CLI::App app{"exl3-coordinator: serves the gRPC generate API and drives workers that dial in"};
   app.add_option("--model", o.model_dir, "Model directory (config.json, *.safetensors, tokenizer.json)")->required();
-  app.add_option("--world", o.world_size, "Number of workers that will register")->required()->check(CLI::PositiveNumber);
+  app.add_option("--world", o.world_size, "Number of workers that will register")
+      ->required()
+      ->check(CLI::Range(1, 1024));
   app.add_option("--host", o.host, "Address of the public API (127.0.0.1: this machine only; 0.0.0.0: every interface)")
       ->capture_default_str();
   app.add_option("--port", o.port, "Port of the public API (0 = any free port; a port in use is an error, never shared)")->capture_default_str();

@@ -173,6 +173,8 @@ TEST(ServeBench, BadFlagsFailWithMessages) {
   EXPECT_NE(err.find("excludes"), std::string::npos) << err;
   EXPECT_NE(run_bench({"serve", "--server", "127.0.0.1:1", "--clients", "0"}, &err), 0);
   EXPECT_NE(err.find("--clients"), std::string::npos) << err;
+  EXPECT_NE(run_bench({"serve", "--server", "127.0.0.1:1", "--request-timeout", "0"}, &err), 0);
+  EXPECT_NE(err.find("--request-timeout: Value 0 not in range 0.001"), std::string::npos) << err;
   EXPECT_NE(run_bench({"serve", "--launch", "--model x", "--launch-bin", "/nonexistent/exl3-launch"}, &err), 0);
   EXPECT_NE(err.find("exl3-launch not found"), std::string::npos) << err;
   // Nothing listens on port 1: the first call fails fast with the address in the message.

@@ -1,9 +1,9 @@
 // exl3-launch's and exl3-worker's device flags as a user meets them, with the real binaries:
-// --gpus and --cpu-workers together, --gpus (or neither flag) with no GPU visible or in a build
+// --gpus and --cpu-workers together, --cpu-workers 0, --gpus (or neither flag) with no GPU visible or in a build
 // without CUDA, bad --gpus lists, and a CUDA plan printed by --plan-only --gpus --split without
-// touching a GPU (with the KV cache fitted to the caps, or sized by --cache-tokens). Every refusal must exit non-zero with a message that says what to do, quickly
-// (each run is bounded by `timeout`, so a hang fails the test instead of stalling it). The GPUs are
-// hidden (CUDA_VISIBLE_DEVICES empty), so the tests behave the same on a GPU machine.
+// touching a GPU (with the KV cache fitted to the caps, or sized by --cache-tokens). Every refusal must exit non-zero
+// with a message that says what to do, quickly (each run is bounded by `timeout`, so a hang fails the test instead of
+// stalling it). The GPUs are hidden (CUDA_VISIBLE_DEVICES empty), so the tests behave the same on a GPU machine.
 #include <sys/wait.h>
 
 #include <array>
@@ -55,6 +55,12 @@ TEST(LaunchDeviceFlags, GpusAndCpuWorkersTogetherAreRefused) {
   const CommandRun r = run("exl3-launch", "--model " + model() + " --gpus 0,1 --cpu-workers 2");
   expect_refused(r);
   EXPECT_TRUE(has(r, "--gpus and --cpu-workers exclude each other")) << r.output;
+}
+
+TEST(LaunchDeviceFlags, ZeroCpuWorkersAreRefusedWithTheRange) {
+  const CommandRun r = run("exl3-launch", "--model " + model() + " --cpu-workers 0");
+  expect_refused(r);
+  EXPECT_TRUE(has(r, "--cpu-workers: Value 0 not in range 1 to 1024")) << r.output;
 }
 
 // No silent fallback to the CPU: --gpus without a usable GPU (none visible here, or a build

@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   CLI::App app{"exl3-worker: one rank of the EXL3 runtime; dials the coordinator, loads its shard, runs steps"};
   app.add_option("--coordinator", o.coordinator, "Control-plane address of the coordinator, HOST:PORT")->required();
   app.add_option("--rank", o.rank, "This worker's rank, 0 <= rank < world")->required()->check(CLI::NonNegativeNumber);
-  app.add_option("--world", o.world_size, "Number of workers in the group")->required()->check(CLI::PositiveNumber);
+  app.add_option("--world", o.world_size, "Number of workers in the group")->required()->check(CLI::Range(1, 1024));
   app.add_option("--backend", o.backend,
                  "Compute backend: cpu (reference kernels + BLAS, Gloo collectives) or cuda (our CUDA kernels on one "
                  "GPU, NCCL collectives)")
@@ -34,7 +34,7 @@ int main(int argc, char** argv) {
                  "worker reports its GPU's memory and gets its cap with the shard")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--connect-timeout", connect_timeout_s, "Seconds to wait for the coordinator at start-up")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1e-3, 1e7));
   app.add_option("--step-graphs", step_graphs,
                  "on: decode steps replay one CUDA graph per batch size and page bucket (CUDA backend); off: "
                  "launch every op")
