@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "coordinator/planner/byte_units.h"
 #include "coordinator/planner/plan_table.h"
+#include "coordinator/server/device_fit.h"
 #include "coordinator/server/listen_port.h"
 #include "coordinator/server/model_check.h"
 #include "coordinator/server/plan_proto.h"
@@ -189,6 +190,7 @@ absl::Status Coordinator::start_serving() {
   // on the options price exactly that cache (workers, scheduler and reserve agree).
   popts.pages = plans_.front().num_pages;
   std::fprintf(stderr, "%s", format_plan_table(footprint_, plans_, caps, &popts).c_str());
+  EXL3_RETURN_IF_ERROR(check_plans_fit_devices(plans_, group_->registrations(), kCudaOverheads.context_bytes));
   if (draft_footprint_) {
     std::fprintf(stderr,
                  "coordinator: rank %d holds the draft model %s: %s (weights, KV cache at %s bits, "
