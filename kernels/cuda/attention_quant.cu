@@ -39,13 +39,14 @@ using kv_quant_tile::TileSource;
 struct QuantSource {
   static constexpr int kPrefillWarps = 8;
   static constexpr int64_t kMinKeysPerSplit = kBlockKeys;  // one block, as the F16 path's
-  // The F16 path's 16384 but where both sides are 4 bits: 4096. Session 20 (H100,
-  // bench/results/2026-12-05-s20/ runs 2-3, the op alone, 2048 keys, batch 4/16/32/64, us): with
-  // the one-page block copies every width but 4/4 gains from more splits (8-bit 37.1 / 128.1 / 257.0
-  // / 497.6 -> 36.0 / 113.5 / 211.6 / 400.8, 2-bit batch 32 169.6 -> 149.6, K8/V4 233.3 -> 184.8;
-  // at 8192 keys batch 32 8-bit 989 -> 790) while 4/4 loses at batch 4-32 (23.5 / 72.2 / 143.4 ->
-  // 27.8 / 80.8 / 147.7; 8192 keys even), as in session 18 before those copies.
-  static int64_t split_target_rows(const AttentionParams& p) { return p.k_bits == 4 && p.v_bits == 4 ? 4096 : 16384; }
+  // The F16 path's 16384 at every width. Session 20 (H100, bench/results/2026-12-05-s20/ runs 2-3,
+  // the op alone at exactly 2048 keys) moved every width but 4/4 here (8-bit batch 32 257.0 ->
+  // 211.6 us; 4/4 lost there, 143.4 -> 147.7). In the model 4/4 gains too (session 21, H100,
+  // bench/results/2026-12-05-s21/ run 3, 8B int8 off, two rounds): a step graph plans for its page
+  // bucket (2,082 keys plan as 4,096), so 4096 rows gave a token two of four 1,024-key splits; at
+  // 2048-token prompts batch 4 / 16 / 32 / 64 808 / 1,847 / 2,302 / 2,552 -> 891 / 2,367 / 3,201 /
+  // 3,632 tokens/s, at 512-token prompts batch 32 / 64 +10% / +16%, batch 1 even.
+  static int64_t split_target_rows(const AttentionParams&) { return 16384; }
 
   template <int D, int kThreads>
   __device__ __forceinline__ static KvBlocks<D, kThreads> blocks(const AttnArgs& a, int32_t seq, int32_t kv_head,
