@@ -17,7 +17,7 @@ absl::Status select_cuda_device(int device) {
     return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(err)));
   }
   if (device < 0 || device >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("--device ", device, ": no such CUDA device (", count, " visible)"));
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " does not exist (", count, " visible)"));
   }
   return cuda_status(cudaSetDevice(device), "cudaSetDevice");
 }

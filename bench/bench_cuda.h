@@ -13,8 +13,8 @@ namespace exl3 {
 absl::Status cuda_status(cudaError_t err, const char* what);
 
 // Makes `device` current: FAILED_PRECONDITION "no usable CUDA device: ..." when the runtime finds
-// none (no GPU, no driver, a driver older than the runtime), INVALID_ARGUMENT naming --device when
-// it is not one of the visible devices.
+// none (no GPU, no driver, a driver older than the runtime), INVALID_ARGUMENT "CUDA device N does
+// not exist (M visible)" when it is not one of the visible devices.
 absl::Status select_cuda_device(int device);
 
 }  // namespace exl3

@@ -1,9 +1,10 @@
 // exl3-launch's and exl3-worker's device flags as a user meets them, with the real binaries:
-// --gpus and --cpu-workers together, --cpu-workers 0, --gpus (or neither flag) with no GPU visible or in a build
-// without CUDA, bad --gpus lists, and a CUDA plan printed by --plan-only --gpus --split without
-// touching a GPU (with the KV cache fitted to the caps, or sized by --cache-tokens). Every refusal must exit non-zero
-// with a message that says what to do, quickly (each run is bounded by `timeout`, so a hang fails the test instead of
-// stalling it). The GPUs are hidden (CUDA_VISIBLE_DEVICES empty), so the tests behave the same on a GPU machine.
+// --gpus and --cpu-workers together, --cpu-workers 0, --gpus (or neither flag) with no GPU
+// visible or in a build without CUDA, bad --gpus lists, and a CUDA plan printed by --plan-only
+// --gpus --split without touching a GPU (with the KV cache fitted to the caps, or sized by
+// --cache-tokens). Every refusal must exit non-zero with a message that says what to do, quickly
+// (each run is bounded by `timeout`, so a hang fails the test instead of stalling it). The GPUs
+// are hidden (CUDA_VISIBLE_DEVICES empty), so the tests behave the same on a GPU machine.
 #include <sys/wait.h>
 
 #include <array>
