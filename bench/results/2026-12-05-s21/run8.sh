@@ -4,7 +4,8 @@
 # K = 2..8, the 70B matrices; 2/3/5, exl3-bench model, 8B int8 off (prefill 128/2048, batch 1-64)
 # and auto (batch 1-8), 70B prefill 2048 and batch 1/4/32 off and auto; 6, serve with one client
 # against model at batch 1 at the same context (128 + 512), off and auto. Then run 7's variants
-# (quantized caches with at least 2 or 4 blocks a split) in one round.
+# (quantized caches with at least 2 or 4 blocks a split) in one round. PART=variants runs only
+# those (with the 8B model they need).
 # Bundle: exl3-bench, exl3-bench-mk2, exl3-bench-mk4, exl3-launch, exl3-coordinator, exl3-worker.
 set -u
 B=/tmp/g/bin; S=$OUT/summary.txt; R=$OUT/r; mkdir -p $R
@@ -12,6 +13,7 @@ export PATH=$B:$PATH
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader >> $S
 M8=/tmp/m8
 $B/exl3-bench make-model --shape llama-3.1-8b --out $M8 > $R/make-8b.log 2>&1; echo "make 8b rc $? at $SECONDS s" >> $S
+if [[ ${PART:-all} == all ]]; then
 timeout 150 $B/exl3-bench gemv --codebooks mul1 --bits 2,3,4,5,6,7,8 --rows 1,2,4,8 --no-check --linear-bits 0 \
   --int8 --json $R/gemv.json --markdown $R/gemv.md > $R/gemv.log 2>&1; echo "gemv rc $? at $SECONDS s" >> $S
 grep -E "linear-int8|linear-f16" $R/gemv.md | grep -E "\| 1 \|" | head -30 >> $S
@@ -40,6 +42,7 @@ for i8 in off auto; do
   echo "model 70b $i8 rc $? at $SECONDS s" >> $S; grep -E 'decode batch|prefill |roofline' $R/model-70b-$i8.log | sed "s/^/  $i8 /" >> $S
 done
 rm -rf $M70
+fi
 cp $B/exl3-bench $B/exl3-bench-kept
 for bits in 4 8; do
   for v in kept mk2 mk4; do
