@@ -2,6 +2,8 @@
 #include "bench/bench_cuda.h"
 
 #include "absl/strings/str_cat.h"
+#include "kernels/check.h"
+#include "kernels/cuda/cuda_backend.h"
 
 namespace exl3 {
 
@@ -11,14 +13,7 @@ absl::Status cuda_status(cudaError_t err, const char* what) {
 }
 
 absl::Status select_cuda_device(int device) {
-  int count = 0;
-  const cudaError_t err = cudaGetDeviceCount(&count);
-  if (err != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(err)));
-  }
-  if (device < 0 || device >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " does not exist (", count, " visible)"));
-  }
+  EXL3_RETURN_IF_ERROR(check_cuda_device(device));
   return cuda_status(cudaSetDevice(device), "cudaSetDevice");
 }
 

@@ -12,9 +12,8 @@ namespace exl3 {
 // OK, or INTERNAL "<what>: <CUDA's error string>".
 absl::Status cuda_status(cudaError_t err, const char* what);
 
-// Makes `device` current: FAILED_PRECONDITION "no usable CUDA device: ..." when the runtime finds
-// none (no GPU, no driver, a driver older than the runtime), INVALID_ARGUMENT "CUDA device N does
-// not exist (M visible)" when it is not one of the visible devices.
+// Makes `device` current after the CUDA backend's own check_cuda_device (kernels/cuda/
+// cuda_backend.h: no usable device, or an index out of range, as make_cuda_backend says them).
 absl::Status select_cuda_device(int device);
 
 }  // namespace exl3

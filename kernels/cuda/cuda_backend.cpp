@@ -942,16 +942,20 @@ CudaBackend& as_cuda(Backend& backend) {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options) {
+absl::Status check_cuda_device(int device) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(err)));
   }
-  if (options.device < 0 || options.device >= count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CUDA device ", options.device, " does not exist (", count, " visible)"));
+  if (device < 0 || device >= count) {
+    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " does not exist (", count, " visible)"));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options) {
+  EXL3_RETURN_IF_ERROR(check_cuda_device(options.device));
   const std::string device_label = absl::StrCat("cuda:", options.device);
   EXL3_RETURN_IF_ERROR(cuda_status(cudaSetDevice(options.device), device_label, "cudaSetDevice"));
   cudaDeviceProp prop{};

@@ -35,7 +35,12 @@ struct CudaBackendOptions {
   Int8Activations int8_activations = Int8Activations::kOff;
 };
 
-// Selects `device` for the calling thread, creates the stream, the cuBLAS handle, the pinned
+// OK when the CUDA runtime sees a device of index `device`: FAILED_PRECONDITION "no usable CUDA
+// device: ..." when it finds none (no GPU, no driver, a driver older than the runtime),
+// INVALID_ARGUMENT "CUDA device N does not exist (M visible)" when the index is out of range.
+absl::Status check_cuda_device(int device);
+
+// Selects `device` for the calling thread (check_cuda_device first), creates the stream, the cuBLAS handle, the pinned
 // upload staging and the workspace. INVALID_ARGUMENT for a device that does not exist,
 // RESOURCE_EXHAUSTED when the cap does not even hold the workspace, INTERNAL for CUDA failures.
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
