@@ -34,7 +34,7 @@ using attention_detail::window_start;
 using attention_split::SplitPlan;
 
 // Split-K policy for the decode kernel: split keys only while the batch has fewer (token, head)
-// rows than a Source's target (split_target_rows: below it the GPU's ~132 SMs are not filled by
+// rows than attention_split::kSplitTargetRows (below it the GPU's ~132 SMs are not filled by
 // whole-context warps), into at most kMaxSplits splits (of at least a Source's kMinKeysPerSplit
 // keys).
 using attention_scratch::kMaxSplits;
@@ -48,13 +48,6 @@ struct F16Source {
   // at 2048 batch 1 -0.5%, 4 -0.3%: a short context's latency spread over twice the warps, a long
   // one (already in up to 33 splits) even.
   static constexpr int64_t kMinKeysPerSplit = kBlockKeys;
-  // Against 4096 (session 18, H100, bench/results/2026-12-05-s18/ run 8), the attention op alone
-  // at 2048 keys batch 32 143.2 -> 130.8 us, 16 76.6 -> 76.9, 4 23.6 -> 26.9; 8192 keys batch 32
-  // 543.5 -> 442.4; the 8B with int8 off at 2048-token prompts, two rounds, batch 32 3,204 / 3,181
-  // -> 3,656 / 3,677 tokens/s (+15%), 16 +8.3%, 4 -2.2%, 1 even; at 32-token prompts batch 32
-  // +3.0%. Each warp walks a KV head's whole group, so 4096 rows gave batch 32 four splits: 1,024
-  // one-warp blocks of 512 keys, 1.3 waves at the 6 an SM holds; 16384 gives 4,096 of 128.
-  static int64_t split_target_rows(const AttentionParams&) { return 16384; }
 
   template <int D, int kThreads>
   __device__ __forceinline__ static F16Blocks<D, kThreads> blocks(const AttnArgs& a, int32_t seq, int32_t kv_head,

@@ -3,8 +3,6 @@
 // both, the split plan, and the launches of attention_kernels.cuh for one key/value block Source,
 // which here also provides
 //   static constexpr int64_t kMinKeysPerSplit;  // the decode splits' least keys (plan_splits)
-//   static int64_t split_target_rows(const AttentionParams&);  // split while fewer (token, head) rows
-//                                                              // (plan_splits)
 //   static void check_cache(const AttentionParams&, const char* who);  // the cache sides
 //   static int smem_bytes(const AttnArgs&, int head_dim);  // dynamic shared memory per block
 #pragma once
@@ -79,7 +77,7 @@ void launch_paged_attention(const AttentionParams& p, cudaStream_t stream, const
   EXL3_CHECK(b.positions != nullptr && b.token_seq != nullptr && b.page_table != nullptr, who, ": null batch metadata");
 
   const attention_split::SplitPlan plan = attention_split::plan_splits(
-      b.tokens, p.heads, b.max_position, Source::kMinKeysPerSplit, Source::split_target_rows(p));
+      b.tokens, p.heads, b.max_position, Source::kMinKeysPerSplit, attention_split::kSplitTargetRows);
   attention_split::check_split_scratch(p, plan, who);
   const AttnArgs args = make_attn_args(p, plan);
   if (p.head_dim == 64) {

@@ -39,14 +39,6 @@ using kv_quant_tile::TileSource;
 struct QuantSource {
   static constexpr int kPrefillWarps = 8;
   static constexpr int64_t kMinKeysPerSplit = kBlockKeys;  // one block, as the F16 path's
-  // The F16 path's 16384 at every width. Session 20 (H100, bench/results/2026-12-05-s20/ runs 2-3,
-  // the op alone at exactly 2048 keys) moved every width but 4/4 here (8-bit batch 32 257.0 ->
-  // 211.6 us; 4/4 lost there, 143.4 -> 147.7). In the model 4/4 gains too (session 21, H100,
-  // bench/results/2026-12-05-s21/ run 3, 8B int8 off, two rounds): a step graph plans for its page
-  // bucket (2,082 keys plan as 4,096), so 4096 rows gave a token two of four 1,024-key splits; at
-  // 2048-token prompts batch 4 / 16 / 32 / 64 808 / 1,847 / 2,302 / 2,552 -> 891 / 2,367 / 3,201 /
-  // 3,632 tokens/s, at 512-token prompts batch 32 / 64 +10% / +16%, batch 1 even.
-  static int64_t split_target_rows(const AttentionParams&) { return 16384; }
 
   template <int D, int kThreads>
   __device__ __forceinline__ static KvBlocks<D, kThreads> blocks(const AttnArgs& a, int32_t seq, int32_t kv_head,
