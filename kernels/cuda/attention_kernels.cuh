@@ -137,7 +137,8 @@ __global__ void __launch_bounds__(Source::kPrefillWarps * 32) attention_prefill_
 }
 
 template <class Source, int D>
-__global__ void __launch_bounds__(32) attention_decode_kernel(const AttnArgs a) {
+__global__ void __launch_bounds__(Source::kDecodeWarps * 32) attention_decode_kernel(const AttnArgs a) {
+  constexpr int kThreads = Source::kDecodeWarps * 32;
   allow_dependents();  // a dependent launch after this one may start its prologue
   wait_for_prerequisites();  // launched dependent: q and the cache come from the kernels before
   const int64_t t = blockIdx.x;
@@ -152,14 +153,16 @@ __global__ void __launch_bounds__(32) attention_decode_kernel(const AttnArgs a) 
   if (split * a.chunk > pos || split < first_key / a.chunk) return;
   const int32_t begin = max(split * a.chunk, first_key);
   const int32_t end = min(split * a.chunk + a.chunk, pos + 1);
-  const int lane = static_cast<int>(threadIdx.x);
+  const int lane = static_cast<int>(threadIdx.x) % 32;
+  // Warp 0 attends; the others only help bring the blocks in (their rows are empty).
+  const bool attends = threadIdx.x < 32;
 
   int64_t head[2];
   const __half* q_row[2];
   int32_t limit[2];
   for (int r = 0; r < 2; ++r) {
     const int64_t in_group = head_tile * kWarpRows + lane / 4 + 8 * r;
-    head[r] = in_group < a.group ? kv_head * a.group + in_group : -1;
+    head[r] = attends && in_group < a.group ? kv_head * a.group + in_group : -1;
     q_row[r] = head[r] >= 0 ? a.q + (t * a.heads + head[r]) * D : nullptr;
     limit[r] = head[r] >= 0 ? end - 1 : -1;
   }
@@ -168,8 +171,9 @@ __global__ void __launch_bounds__(32) attention_decode_kernel(const AttnArgs a) 
   WarpSoftmax<D> st;
   st.init();
   const int32_t lower[2] = {begin, begin};
-  auto kv = Source::template blocks<D, 32>(a, a.token_seq[t], kv_head, begin, end);
-  attend_blocks<D>(kv, qf, limit, lower, end - 1, begin, a.scale_log2, st);
+  auto kv = Source::template blocks<D, kThreads>(a, a.token_seq[t], kv_head, begin, end);
+  attend_blocks<D>(kv, qf, limit, lower, attends ? end - 1 : -1, begin, a.scale_log2, st);
+  if (!attends) return;
 
   if (a.splits == 1) {
     __half* out0 = head[0] >= 0 ? a.out + (t * a.heads + head[0]) * D : nullptr;

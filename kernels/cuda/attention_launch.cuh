@@ -46,7 +46,7 @@ void launch_attention_kernels(const AttnArgs& args, const AttentionParams& p, co
   launch_dependent_smem(attention_decode_kernel<Source, D>,
                         dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(args.kv_heads * head_tiles),
                              static_cast<unsigned>(args.splits)),
-                        dim3(32), static_cast<size_t>(smem), stream, args);
+                        dim3(Source::kDecodeWarps * 32), static_cast<size_t>(smem), stream, args);
   EXL3_CUDA_CHECK_LAUNCH();
   if (plan.splits > 1) attention_split::launch_attention_merge(p, plan, stream);
 }

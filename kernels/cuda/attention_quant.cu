@@ -38,6 +38,7 @@ using kv_quant_tile::TileSource;
 // source of attention_kernels.cuh and attention_launch.cuh for this path.
 struct QuantSource {
   static constexpr int kPrefillWarps = 8;
+  static constexpr int kDecodeWarps = 1;
   static constexpr int64_t kMinKeysPerSplit = kBlockKeys;  // one block, as the F16 path's
 
   template <int D, int kThreads>
