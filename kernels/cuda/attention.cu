@@ -43,7 +43,9 @@ using attention_scratch::kMaxSplits;
 // and attention_launch.cuh for this path.
 struct F16Source {
   static constexpr int kPrefillWarps = 4;
-  static constexpr int kDecodeWarps = 1;
+  // No helper warps: at batch 1 they measured +0.6% / +1.1% in the 8B at 2048- / 512-token prompts
+  // (H100, one round, within its spread) and the op alone 13.2 -> 14.7 us (session 22, run 1).
+  static constexpr int kSingleTokenDecodeWarps = 1;
   // One block of keys: against two (64), 8B decode with int8 auto on the H100 (session 16, four
   // rounds of 64 steps) at a 32-token prompt batch 1 +4.3%, 8 +3.4%; at 512 batch 1 +3.2%, 8 -0.5%;
   // at 2048 batch 1 -0.5%, 4 -0.3%: a short context's latency spread over twice the warps, a long

@@ -10,14 +10,16 @@
 //     brought in (GQA);
 //   - decode: for every other token ("single": its neighbours belong to other sequences), one
 //     warp per (token, KV head, 16 query heads, key split) walks the split's keys; with several
-//     splits the partial max / sum / output go to scratch for the merge (attention_split.h).
+//     splits the partial max / sum / output go to scratch for the merge (attention_split.h). Its
+//     block may hold helper warps that only bring the key blocks in (a Source's
+//     kSingleTokenDecodeWarps, for a batch of one token: attention_launch.cuh).
 // Each kernel skips the tokens of the other. Every key loop is bounded by the token's position,
 // itself checked against max_position and the page table. With a sliding window, keys before
 // p - window + 1 are masked (prefill), skipped by the splits that lie wholly before the window
 // (decode: no partials written, and the merge starts at the first split inside it), and never
 // brought in before the run's earliest window start.
 //
-// A Source provides kPrefillWarps and
+// A Source provides kPrefillWarps, kSingleTokenDecodeWarps and
 //   template <int D, int kThreads> static Blocks blocks(const AttnArgs&, int32_t seq,
 //                                                       int32_t kv_head, int32_t begin, int32_t end);
 // the blocks of keys [begin, end) of (seq, kv_head) for the kThreads threads of the CUDA block,
@@ -136,9 +138,10 @@ __global__ void __launch_bounds__(Source::kPrefillWarps * 32) attention_prefill_
   store_normalised<D>(st, out_row[0], out_row[1]);
 }
 
-template <class Source, int D>
-__global__ void __launch_bounds__(Source::kDecodeWarps * 32) attention_decode_kernel(const AttnArgs a) {
-  constexpr int kThreads = Source::kDecodeWarps * 32;
+// kWarps warps a block: warp 0 attends; the others (kWarps > 1) only help bring the blocks in.
+template <class Source, int D, int kWarps>
+__global__ void __launch_bounds__(kWarps * 32) attention_decode_kernel(const AttnArgs a) {
+  constexpr int kThreads = kWarps * 32;
   allow_dependents();  // a dependent launch after this one may start its prologue
   wait_for_prerequisites();  // launched dependent: q and the cache come from the kernels before
   const int64_t t = blockIdx.x;
@@ -154,8 +157,7 @@ __global__ void __launch_bounds__(Source::kDecodeWarps * 32) attention_decode_ke
   const int32_t begin = max(split * a.chunk, first_key);
   const int32_t end = min(split * a.chunk + a.chunk, pos + 1);
   const int lane = static_cast<int>(threadIdx.x) % 32;
-  // Warp 0 attends; the others only help bring the blocks in (their rows are empty).
-  const bool attends = threadIdx.x < 32;
+  const bool attends = threadIdx.x < 32;  // the helpers' rows are empty
 
   int64_t head[2];
   const __half* q_row[2];

@@ -3,6 +3,8 @@
 // both, the split plan, and the launches of attention_kernels.cuh for one key/value block Source,
 // which here also provides
 //   static constexpr int64_t kMinKeysPerSplit;  // the decode splits' least keys (plan_splits)
+//   static constexpr int kSingleTokenDecodeWarps;  // warps of a decode block when the batch is one
+//                                                  // token (1 + helpers); one warp otherwise
 //   static void check_cache(const AttentionParams&, const char* who);  // the cache sides
 //   static int smem_bytes(const AttnArgs&, int head_dim);  // dynamic shared memory per block
 #pragma once
@@ -27,7 +29,7 @@ inline bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<
 
 // Launches: prefill (some sequence has several tokens: a batch of as many sequences as tokens
 // has only single tokens, which the prefill kernel would all skip), decode (grid tokens x
-// kv_heads · ceil(group / 16) x splits, one warp each), merge (splits > 1).
+// kv_heads · ceil(group / 16) x splits, one attending warp each), merge (splits > 1).
 template <class Source, int D>
 void launch_attention_kernels(const AttnArgs& args, const AttentionParams& p, const attention_split::SplitPlan& plan,
                               cudaStream_t stream) {
@@ -43,10 +45,16 @@ void launch_attention_kernels(const AttnArgs& args, const AttentionParams& p, co
     EXL3_CUDA_CHECK_LAUNCH();
   }
   const int64_t head_tiles = (args.group + kWarpRows - 1) / kWarpRows;
-  launch_dependent_smem(attention_decode_kernel<Source, D>,
-                        dim3(static_cast<unsigned>(args.tokens), static_cast<unsigned>(args.kv_heads * head_tiles),
-                             static_cast<unsigned>(args.splits)),
-                        dim3(Source::kDecodeWarps * 32), static_cast<size_t>(smem), stream, args);
+  const dim3 decode_grid(static_cast<unsigned>(args.tokens), static_cast<unsigned>(args.kv_heads * head_tiles),
+                         static_cast<unsigned>(args.splits));
+  constexpr int kSingleWarps = Source::kSingleTokenDecodeWarps;
+  if (kSingleWarps > 1 && args.tokens == 1) {
+    launch_dependent_smem(attention_decode_kernel<Source, D, kSingleWarps>, decode_grid, dim3(kSingleWarps * 32),
+                          static_cast<size_t>(smem), stream, args);
+  } else {
+    launch_dependent_smem(attention_decode_kernel<Source, D, 1>, decode_grid, dim3(32), static_cast<size_t>(smem),
+                          stream, args);
+  }
   EXL3_CUDA_CHECK_LAUNCH();
   if (plan.splits > 1) attention_split::launch_attention_merge(p, plan, stream);
 }

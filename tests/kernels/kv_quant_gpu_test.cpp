@@ -4,10 +4,11 @@
 // and attention with a window (F16 pages too: prefill, decode, split decode, chunked prefill) against
 // attention_ref within the attention budget of backend_ops_gpu_test (long contexts too: decode split
 // over up to 64 blocks of keys at batch 1 and 16, with a window, K-only, V-only, GQA group 4 of 32
-// heads, 48 heads per KV head, prefill next to split decode), rope_kv_write on a quantized cache
-// equal to rope + kv_write, a quantized step replayed from a CUDA graph equal to the same step run
-// directly, and split decode steps replayed from one graph captured for a bucket (split plan of the
-// bucket's last position) matching the reference at each step.
+// heads, 48 heads per KV head, prefill next to split decode; a lone token, whose decode blocks hold
+// helper warps), rope_kv_write on a quantized cache equal to rope + kv_write, a quantized step
+// replayed from a CUDA graph equal to the same step run directly, and split decode steps replayed
+// from one graph captured for a bucket (split plan of the bucket's last position) matching the
+// reference at each step.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -335,6 +336,10 @@ std::vector<Case> cases() {
   for (int i = 0; i < 16; ++i) batch16.push_back({i % 5 == 4 ? 37 + 11 * i : 1999 - 61 * i, 1});
   const std::vector<Case> long_cases = {
       {"q44_decode_long_gqa4_b1", 32, 8, 128, 16, 4, 4, 0, {{2047, 1}}},
+      // One token: decode blocks with helper warps (kSingleTokenDecodeWarps), split, head_dim 64,
+      // and in one split (no merge).
+      {"q53_decode_long_hd64_b1", 16, 4, 64, 16, 5, 3, 0, {{1700, 1}}},
+      {"q44_decode_short_b1", 32, 8, 128, 16, 4, 4, 0, {{20, 1}}},
       {"q44_decode_long_gqa4_b16", 32, 8, 128, 16, 4, 4, 0, batch16},
       {"q35_decode_long_hd64_b3", 32, 8, 64, 32, 3, 5, 0, {{1500, 1}, {31, 1}, {2200, 1}}},
       {"q44_window_decode_splits", 32, 8, 128, 16, 4, 4, 300, {{3000, 1}, {700, 1}, {10, 1}, {299, 1}}},
