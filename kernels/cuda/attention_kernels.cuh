@@ -19,7 +19,7 @@
 // (decode: no partials written, and the merge starts at the first split inside it), and never
 // brought in before the run's earliest window start.
 //
-// A Source provides kPrefillWarps, kSingleTokenDecodeWarps and
+// A Source provides kPrefillWarps and
 //   template <int D, int kThreads> static Blocks blocks(const AttnArgs&, int32_t seq,
 //                                                       int32_t kv_head, int32_t begin, int32_t end);
 // the blocks of keys [begin, end) of (seq, kv_head) for the kThreads threads of the CUDA block,
