@@ -42,10 +42,11 @@ struct QuantSource {
   // dequantize 32 keys' K and V (256 groups of 32) before the one warp can attend. Three helper
   // warps do that 4x wider: 8B with int8 off at batch 1 (session 22, run 1, H100), 2048-token
   // prompts 4-bit 245.7 -> 252.8, 8-bit 244.2 -> 249.4 tokens/s; 512-token prompts 257.7 -> 261.0,
-  // 252.2 -> 259.1. Not from 2 tokens: at batch 4 / 16 / 32 the helpers, idle while their warp
-  // attends, cost 9-16% (4-bit at 2048-token prompts 891.7 / 2,367.5 / 3,201.0 -> 811.9 / 2,062.1 /
-  // 2,692.1) against one-warp blocks that overlap one block's dequantization with another's math.
-  // The op alone at batch 1 (its graph of back-to-back calls, no neighbours to overlap) measured
+  // 252.2 -> 259.1. Not in batches (measured from 4 tokens; 2-3 not measured): there the helpers
+  // idle while their warp attends, and one-warp blocks overlap one block's dequantization with
+  // another's math: 4-bit at 2048-token prompts batch 4 / 16 / 32 891.7 / 2,367.5 / 3,201.0 ->
+  // 811.9 / 2,062.1 / 2,692.1 (8-bit +2% / -2.5% / -2.5%; 512-token prompts -2% to -7%). The op
+  // alone at batch 1 (its graph of back-to-back calls, no neighbours to overlap) measured
   // 4-bit 17.8 -> 18.5 us, 8-bit 19.6 -> 19.2.
   static constexpr int kSingleTokenDecodeWarps = 4;
   static constexpr int64_t kMinKeysPerSplit = kBlockKeys;  // one block, as the F16 path's
