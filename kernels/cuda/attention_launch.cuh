@@ -27,6 +27,13 @@ namespace exl3::attention_detail {
 
 inline bool aligned(const void* ptr, uintptr_t bytes) { return reinterpret_cast<uintptr_t>(ptr) % bytes == 0; }
 
+// The decode kernel in blocks of kWarps warps (one attends, the rest help bring the keys in).
+template <class Source, int D, int kWarps>
+void launch_decode(const AttnArgs& args, dim3 grid, int smem, cudaStream_t stream) {
+  launch_dependent_smem(attention_decode_kernel<Source, D, kWarps>, grid, dim3(kWarps * 32), static_cast<size_t>(smem),
+                        stream, args);
+}
+
 // Launches: prefill (some sequence has several tokens: a batch of as many sequences as tokens
 // has only single tokens, which the prefill kernel would all skip), decode (grid tokens x
 // kv_heads · ceil(group / 16) x splits, one attending warp each), merge (splits > 1).
@@ -47,13 +54,10 @@ void launch_attention_kernels(const AttnArgs& args, const AttentionParams& p, co
   const int64_t head_tiles = (args.group + kWarpRows - 1) / kWarpRows;
   const dim3 decode_grid(static_cast<unsigned>(args.tokens), static_cast<unsigned>(args.kv_heads * head_tiles),
                          static_cast<unsigned>(args.splits));
-  constexpr int kSingleWarps = Source::kSingleTokenDecodeWarps;
-  if (kSingleWarps > 1 && args.tokens == 1) {
-    launch_dependent_smem(attention_decode_kernel<Source, D, kSingleWarps>, decode_grid, dim3(kSingleWarps * 32),
-                          static_cast<size_t>(smem), stream, args);
+  if (args.tokens == 1) {
+    launch_decode<Source, D, Source::kSingleTokenDecodeWarps>(args, decode_grid, smem, stream);
   } else {
-    launch_dependent_smem(attention_decode_kernel<Source, D, 1>, decode_grid, dim3(32), static_cast<size_t>(smem),
-                          stream, args);
+    launch_decode<Source, D, 1>(args, decode_grid, smem, stream);
   }
   EXL3_CUDA_CHECK_LAUNCH();
   if (plan.splits > 1) attention_split::launch_attention_merge(p, plan, stream);

@@ -40,9 +40,10 @@ struct CudaBackendOptions {
 // INVALID_ARGUMENT "CUDA device N does not exist (M visible)" when the index is out of range.
 absl::Status check_cuda_device(int device);
 
-// Selects `device` for the calling thread (check_cuda_device first), creates the stream, the cuBLAS handle, the pinned
-// upload staging and the workspace. INVALID_ARGUMENT for a device that does not exist,
-// RESOURCE_EXHAUSTED when the cap does not even hold the workspace, INTERNAL for CUDA failures.
+// Selects `device` for the calling thread (check_cuda_device first), creates the stream, the
+// cuBLAS handle, the pinned upload staging and the workspace. INVALID_ARGUMENT for a device that
+// does not exist, RESOURCE_EXHAUSTED when the cap does not even hold the workspace, INTERNAL for
+// CUDA failures.
 absl::StatusOr<std::unique_ptr<Backend>> make_cuda_backend(const CudaBackendOptions& options);
 
 // The stream every op of a CUDA backend is queued on (for the NCCL communicator, which must run
