@@ -147,8 +147,8 @@ __global__ void hmma_rate_kernel(int iters, int* out) {
   if (s == 12345.0f) out[0] = 1;
 }
 
-// Warpgroups of 4 warps: per iteration kGroupsInFlight accumulator sets, one wgmma each, then a
-// commit; at most two groups of products in flight.
+// Warpgroups of 4 warps: per iteration two products into each of kSets accumulator sets, then a
+// commit; one wait at the end (the products of a set chain on its accumulators).
 constexpr int kSets = 2;
 __global__ void wgmma_rate_kernel(int iters, int* out) {
   __shared__ __align__(128) int8_t sb[kK * kN];
