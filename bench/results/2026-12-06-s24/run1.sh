@@ -3,11 +3,19 @@
 # Nsight Compute (full set, SASS-level source counters exported) on the whole MUL1 linear's matmul,
 # 4096x28672 at K=4: the int8 kernel at 1 row (targets 1-2) and the fp16 kernel at 32 rows with its
 # output pass (target 3). Then the 8B targets (session 22's run 1, PART=targets, less the 70B: run 2).
-# Bundle: exl3-bench, exl3-launch, exl3-coordinator, exl3-worker (main).
+# Bundle: exl3-bench, exl3-bench-nostore, exl3-launch, exl3-coordinator, exl3-worker (main).
 set -u
 B=/tmp/g/bin; S=$OUT/summary.txt; R=$OUT/r; mkdir -p $R
 export PATH=$B:$PATH
 nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader >> $S
+# Ablation (timing only): exl3-bench-nostore is main with the fp16 linear's partial-product stores
+# skipped (a store only if its first value is 3e-38, never true here, so the work stays).
+for v in kept nostore; do
+  [[ $v == kept ]] && b=$B/exl3-bench || b=$B/exl3-bench-$v
+  timeout 90 $b gemv --bits 4 --codebooks mul1 --shapes 4096x28672,14336x4096,4096x6144,4096x4096 --rows 16,32 \
+    --int8 --no-check --linear-bits 0 --markdown $R/gemv-$v.md > $R/gemv-$v.log 2>&1
+  echo "gemv $v rc $? at $SECONDS s" >> $S; grep -E "linear-f16" $R/gemv-$v.md | sed "s/^/  $v /" >> $S
+done
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 echo "ncu at $NCU" >> $S
 prof() {  # name kernel-regex rows
