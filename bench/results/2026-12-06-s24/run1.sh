@@ -53,6 +53,11 @@ for i8 in off auto; do
     --clients 1 --max-new-tokens 512 --json $R/serve-8b-$i8.json --markdown $R/serve-8b-$i8.md > $R/serve-8b-$i8.log 2>&1
   echo "serve 8b $i8 rc $? at $SECONDS s" >> $S; tail -1 $R/serve-8b-$i8.md | sed "s/^/  $i8 /" >> $S
 done
+for i8 in auto off; do
+  timeout 60 $B/exl3-bench kernels --model $M8 --backend cuda --rows 1,32 --context 512 --timing graph \
+    --int8-activations $i8 --markdown $R/kernels-8b-$i8.md > $R/kernels-8b-$i8.log 2>&1
+  echo "kernels 8b $i8 rc $? at $SECONDS s" >> $S
+done
 echo "done at $SECONDS s" >> $S
 cp $S $R/
 tar -C $OUT -cJf $OUT/results.tar.xz r && rm -rf $R
