@@ -21,7 +21,7 @@ done
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 echo "ncu at $NCU" >> $S
 prof() {  # name kernel-regex rows
-  timeout 120 $NCU --clock-control none --set full --import-source no --kernel-name-base demangled -k "regex:$2" \
+  timeout 90 $NCU --clock-control none --set full --import-source no --kernel-name-base demangled -k "regex:$2" \
     --launch-skip 20 --launch-count 1 -o $R/ncu-$1 $B/exl3-bench gemv --bits 4 --codebooks mul1 --shapes 4096x28672 \
     --rows $3 --int8 --no-check --linear-bits 0 --iters 30 --repeats 1 > $R/ncu-$1.log 2>&1
   echo "ncu $1 rc $? at $SECONDS s" >> $S
