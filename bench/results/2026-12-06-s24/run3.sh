@@ -41,7 +41,7 @@ export EXL3_TEST_SOURCE_DIR=$PWD EXL3_TEST_WORK_DIR=/tmp/work; mkdir -p /tmp/wor
 timeout 60 $B/backend_ops_gpu_test-out8 > $R/backend_ops-out8.log 2>&1
 echo "backend_ops-out8 rc $? $(grep -E '^\[  (PASSED|FAILED) ' $R/backend_ops-out8.log | tr '\n' ' ') at $SECONDS s" >> $S
 grep -B2 -A6 "Failure" $R/backend_ops-out8.log | head -30 >> $S
-timeout 40 /usr/local/cuda/bin/ncu --clock-control none --set full --import-source no -k "regex:exl3_gemv_kernel<.int.4, .exl3::Codebook.2, .int.2, .bool.1>" \
+timeout 40 /usr/local/cuda/bin/ncu --clock-control none --set full --import-source no --kernel-name-base demangled -k "regex:exl3_gemv_kernel<.int.4, .exl3::Codebook.2, .int.2, .bool.1>" \
   --launch-skip 20 --launch-count 1 -o $R/ncu-fp16-m32 $B/exl3-bench gemv --bits 4 --codebooks mul1 --shapes 4096x28672 \
   --rows 32 --int8 --no-check --linear-bits 0 --iters 30 --repeats 1 > $R/ncu-fp16-m32.log 2>&1
 echo "ncu fp16-m32 rc $? at $SECONDS s" >> $S
