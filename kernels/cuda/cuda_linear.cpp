@@ -191,7 +191,7 @@ std::optional<GemvStagedLayout> handoff_layout(const CudaLinearContext& ctx,
     params[i] = shape_params(ctx, c, m);
   }
   const std::span<const Exl3LinearParams> cs(params.data(), consumers.size());
-  if (!exl3_gemv_linears_take_staged_input(cs, ctx.scratch_rows * ctx.scratch_features, device_sm_count())) {
+  if (!exl3_gemv_linears_take_staged_input(cs, ctx.scratch_rows * ctx.scratch_features)) {
     return std::nullopt;
   }
   const GemvStagedLayout layout = gemv_staged_layout(m, dim, params[0].codebook, params[0].int8_activations);

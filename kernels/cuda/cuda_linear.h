@@ -71,7 +71,7 @@ bool cuda_fused_linears(const CudaLinearContext& ctx, std::span<const LinearWeig
 // reads it: its int8 input, staged into ctx.handoff by the gated product's output pass, as `h`.
 // False where the rows (kGemvInputHandoffMinRows .. kGemvInputHandoffMaxRows), int8 activations
 // (off for this linear and m), the shapes, the scratch or the consumer's launch
-// (exl3_gemv_linears_take_staged_input: not the int8 kernel's two-block stages) do not allow it.
+// (exl3_gemv_linears_take_staged_input) do not allow it.
 bool cuda_input_handoff(const CudaLinearContext& ctx, const LinearWeights& consumer, int64_t m, int64_t width,
                         GemvInputHandoff& h);
 

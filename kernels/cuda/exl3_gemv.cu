@@ -477,9 +477,8 @@ GemvGrid grouped_plan(std::span<const Exl3LinearParams> ps, int64_t scratch_floa
 
 }  // namespace
 
-bool exl3_gemv_linears_take_staged_input(std::span<const Exl3LinearParams> ps, int64_t scratch_floats, int sm_count) {
-  if (!exl3_gemv_linears_fit(ps, scratch_floats) || ps[0].m > kGemvHandoffMaxRows) return false;
-  return !ps[0].int8_activations || grouped_plan(ps, scratch_floats, sm_count).stage_blocks == 1;
+bool exl3_gemv_linears_take_staged_input(std::span<const Exl3LinearParams> ps, int64_t scratch_floats) {
+  return exl3_gemv_linears_fit(ps, scratch_floats) && ps[0].m <= kGemvHandoffMaxRows;
 }
 
 bool exl3_gemv_linear_fits(const Exl3LinearParams& p) {
@@ -558,8 +557,7 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
   if (int8) {
     const int blocks = assign_blocks(args, plan);
     if (!staged_input) prestage_int8(ps, args, stream);
-    launch_exl3_gemv_int8(args, p0.bits, plan.stage_blocks,
-                          dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices)), stream);
+    launch_exl3_gemv_int8(args, p0.bits, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices)), stream);
   } else {
     if (!staged_input) prestage(ps, args, stream);
     launch<true>(args, p0.bits, p0.codebook, plan, stream);

@@ -87,12 +87,11 @@ GemvStagedLayout gemv_staged_layout(int64_t m, int64_t k, Codebook codebook, boo
 // row count of the few-rows path from 2. Measured on the H200, 8B decode, against no hand-off
 // (bench/results/2026-12-06-s12-h200, run 3): int8 off, batch 2 +2.2%, 4 +5.5%, 8 +7.3%, 16 +6%,
 // 32 +4%; with int8 auto, batch 4-8 +5-6%; at one row even (off), where the matmul's own fused
-// norm (kGemvNormMaxRows) stays. With int8 activations the one-row case is never taken: the int8
-// kernel's two-block stages (1-2 rows, exl3_gemv_linears_take_staged_input) stage their own
-// input. Letting them take a staged input lost (session 18, H100, bench/results/2026-12-05-s18/
-// runs 5-6, against the same tree without it): the int8 norm hand-off from one row 8B batch 1
-// -4.1% (three rounds), 70B -4.8% (with the input hand-off too); at two rows where the plan
-// chooses two-block stages even (-0.2%).
+// norm (kGemvNormMaxRows) stays, and with int8 activations a loss (session 18, H100,
+// bench/results/2026-12-05-s18/ runs 5-6, against the same tree without it: 8B batch 1 -4.1% over
+// three rounds, 70B -4.8% with the input hand-off too). At two rows int8 takes it as fp16 does
+// (until session 25 the int8 kernel's two-block stages, planned there, staged their own input;
+// without them, 8B int8 auto batch 2 +1.3%, bench/results/2026-12-06-s25/ run 3).
 constexpr int64_t kGemvHandoffMinRows = 2;
 constexpr int64_t kGemvHandoffMaxRows = kGemvMaxRows;
 
@@ -121,8 +120,8 @@ bool gemv_norm_handoff_fits(int64_t m, int64_t n, int consumers);
 // slice (below kInt8PrestageMinRows, exl3_gemv_layout.cuh). Measured on the H100, 8B decode with
 // int8 auto against the same tree without it (bench/results/2026-12-05-s17/, runs 1-3): batch 2
 // +4.0%, +3.9%, +3.2%; batch 3 +5.4%; batch 4 +3.6%, +1.1%; 70B batch 4 +1.1%. Not kept: batch 1
-// (where the int8 kernel's two-block stages stage their own input; made to take it, session 18
-// runs 5-6: 8B +0.6% over four rounds within a 6% spread, 70B even), and where a staging launch
+// (made to take it, session 18 runs 5-6: 8B +0.6% over four rounds within a 6% spread, 70B even),
+// and where a staging launch
 // prestages the input (int8 batch 8 -1.1%, fp16 batch 8 -1.5%, 64 +1.2%) or fp16 blocks stage it
 // (batch 1-4 within +-0.8%): the transform moves into the output pass, onto the critical path,
 // from work the dependent launches overlap.
@@ -146,9 +145,9 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
                               const GemvRopeKv* rope = nullptr, const GemvNormHandoff* handoff = nullptr,
                               const GemvInputHandoff* input_handoff = nullptr);
 bool exl3_gemv_linears_fit(std::span<const Exl3LinearParams> ps, int64_t scratch_floats);
-// Whether they fit and their launch would take a staged input (staged_input): the int8 kernel's
-// two-block stages (int8_wide_stages_allowed, the planner's choice) stage their own slices.
-bool exl3_gemv_linears_take_staged_input(std::span<const Exl3LinearParams> ps, int64_t scratch_floats, int sm_count);
+// Whether they fit and their launch would take a staged input (staged_input): the few-rows path's
+// rows (kGemvHandoffMaxRows).
+bool exl3_gemv_linears_take_staged_input(std::span<const Exl3LinearParams> ps, int64_t scratch_floats);
 
 // ---- internal to exl3_gemv.cu / exl3_gemv_output.cu ----------------------------------------------
 

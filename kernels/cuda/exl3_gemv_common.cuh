@@ -51,9 +51,9 @@ struct GemvArgs {
 };
 
 // The int8 kernel (exl3_gemv_int8.cu): linear variant, MUL1 only, 1 <= m <= kInt8MaxGroups ·
-// kInt8GroupRows; stage_blocks 1, or 2 where int8_wide_stages_allowed; grid (blocks per slice,
-// slices) with the problems' blocks assigned; writes the same partials as the fp16 linear kernel.
-void launch_exl3_gemv_int8(const GemvArgs& args, int bits, int stage_blocks, dim3 grid, cudaStream_t stream);
+// kInt8GroupRows; grid (blocks per slice, slices) with the problems' blocks assigned; writes the
+// same partials as the fp16 linear kernel.
+void launch_exl3_gemv_int8(const GemvArgs& args, int bits, dim3 grid, cudaStream_t stream);
 
 // The problem of this block (selected field by field: no indexing into the parameter array).
 __device__ __forceinline__ GemvProblem block_problem(const GemvArgs& args) {
@@ -100,8 +100,7 @@ __device__ __forceinline__ WarpWork warp_work(const GemvArgs& args, const GemvPr
 }
 
 // One warp's stream of trellis stages: kTiles k-tiles of one n-tile each, n-tile after n-tile,
-// into ring slots of kStageWords words (kSlots slots, all but one in flight). Offsets within a
-// slice stay below 2^32 words (checked at launch).
+// into ring slots of kStageWords words (kSlots slots, all but one in flight).
 template <int kBits, int kTiles = stage_tiles(kBits), int kSlots = kRingSlots>
 struct TrellisRing {
   static constexpr int kWords = trellis::tile_words(kBits);
@@ -113,12 +112,14 @@ struct TrellisRing {
   static constexpr int kChunks = kTiles * kChunksPerTile;
   static constexpr int kChunksPerLane = (kChunks + kWarpSize - 1) / kWarpSize;
 
-  // This lane's 16-byte chunks of a stage: addresses of the next stage to issue, and their
-  // shared-space addresses in ring slot 0.
-  const uint32_t* src[kChunksPerLane];
+  // This lane's 16-byte chunks of a stage: chunk 0's source in the next stage to issue, the other
+  // chunks' sources as fixed byte offsets from it (one pointer moves a stage, not one a chunk), and
+  // their shared-space addresses in ring slot 0.
+  const char* src;
+  int64_t chunk_offset[kChunksPerLane];
   uint32_t dst[kChunksPerLane];
-  uint32_t stage_stride;
-  int64_t next_tn_jump;  // from the end of one n-tile's column to the start of the warp's next
+  int64_t stage_bytes;
+  int64_t next_tn_bytes;  // from the end of one n-tile's column to the start of the warp's next
   int stages_per_tn;
   int issued_in_tn = 0;  // stages of the current n-tile issued so far
   int lane;
@@ -126,18 +127,22 @@ struct TrellisRing {
   __device__ __forceinline__ TrellisRing(const GemvProblem& pr, const WarpWork& w, uint32_t* ring, int lane_id)
       : lane(lane_id) {
     const uint32_t* column = pr.trellis + (w.tk_begin * w.tiles_n + w.first_tn) * kWords;
-    const auto tile_stride = static_cast<uint32_t>(w.tiles_n * kWords);
-    stage_stride = kTiles * tile_stride;
+    const int64_t tile_stride = w.tiles_n * kWords;
+    stage_bytes = kTiles * tile_stride * 4;
     stages_per_tn = w.num_tiles / kTiles;
-    next_tn_jump = w.slice_warps * kWords - static_cast<int64_t>(stages_per_tn) * stage_stride;
+    next_tn_bytes = (w.slice_warps * kWords) * 4 - stages_per_tn * stage_bytes;
+    int64_t first_word = 0;
 #pragma unroll
     for (int c = 0; c < kChunksPerLane; ++c) {
       const int chunk = (lane + c * kWarpSize) % kChunks;
       const int i = chunk / kChunksPerTile;
       const int word = (chunk % kChunksPerTile) * 4;
-      src[c] = column + static_cast<uint32_t>(i) * tile_stride + static_cast<uint32_t>(word);
+      const int64_t at = i * tile_stride + word;
+      if (c == 0) first_word = at;
+      chunk_offset[c] = (at - first_word) * 4;
       dst[c] = static_cast<uint32_t>(__cvta_generic_to_shared(ring + i * kWords + word));
     }
+    src = reinterpret_cast<const char*>(column + first_word);
   }
 
   // The next stage, into `slot`.
@@ -145,14 +150,13 @@ struct TrellisRing {
 #pragma unroll
     for (int c = 0; c < kChunksPerLane; ++c) {
       if (kChunks % kWarpSize == 0 || lane + c * kWarpSize < kChunks) {
-        cp_async16(dst[c] + static_cast<uint32_t>(slot * kStageWords * 4), src[c]);
+        cp_async16(dst[c] + static_cast<uint32_t>(slot * kStageWords * 4), c == 0 ? src : src + chunk_offset[c]);
       }
-      src[c] += stage_stride;
     }
+    src += stage_bytes;
     if (++issued_in_tn == stages_per_tn) {
       issued_in_tn = 0;
-#pragma unroll
-      for (int c = 0; c < kChunksPerLane; ++c) src[c] += next_tn_jump;
+      src += next_tn_bytes;
     }
   }
 
@@ -168,27 +172,36 @@ struct TrellisRing {
 
 // Runs `consume(slot_words, done_in_tn)` on each of the warp's num_stages stages in order, once
 // the stage has landed, keeping the ring full; `end_tn()` after the last stage of every n-tile.
-// The slot loop is unrolled so that every slot offset is a constant.
+// The slot loop is unrolled so that every slot offset is a constant. Rounds whose stages, and the
+// stages they issue, all exist run without bounds checks; the last one or two rounds check.
 template <typename Ring, typename Consume, typename EndTn>
 __device__ __forceinline__ void stream_stages(Ring& ring, int num_stages, Consume&& consume, EndTn&& end_tn) {
   constexpr int kStages = Ring::kStages;
   int done_in_tn = 0;  // stages of the current n-tile consumed
-  for (int base = 0; base < num_stages; base += kStages) {
+  // Stage `stage` has landed for this lane; the warp barrier publishes every lane's copies and
+  // ends all reads of the slot the next issue overwrites (read one stage ago).
+  const auto run_stage = [&](int slot, bool issue_next) {
+    cp_async_wait<kStages - 2>();
+    __syncwarp();
+    if (issue_next) ring.issue((slot + kStages - 1) % kStages);
+    cp_async_commit();
+    consume(slot * Ring::kStageWords, done_in_tn);
+    if (++done_in_tn == ring.stages_per_tn) {
+      end_tn();
+      done_in_tn = 0;
+    }
+  };
+  int base = 0;
+  for (; base + 2 * kStages - 2 < num_stages; base += kStages) {
+#pragma unroll
+    for (int slot = 0; slot < kStages; ++slot) run_stage(slot, true);
+  }
+  for (; base < num_stages; base += kStages) {
 #pragma unroll
     for (int slot = 0; slot < kStages; ++slot) {
       const int stage = base + slot;
       if (stage >= num_stages) break;
-      // Stage `stage` has landed for this lane; the warp barrier publishes every lane's copies and
-      // ends all reads of the slot the next issue overwrites (read one stage ago).
-      cp_async_wait<kStages - 2>();
-      __syncwarp();
-      if (stage + kStages - 1 < num_stages) ring.issue((slot + kStages - 1) % kStages);
-      cp_async_commit();
-      consume(slot * Ring::kStageWords, done_in_tn);
-      if (++done_in_tn == ring.stages_per_tn) {
-        end_tn();
-        done_in_tn = 0;
-      }
+      run_stage(slot, stage + kStages - 1 < num_stages);
     }
   }
   cp_async_wait<0>();

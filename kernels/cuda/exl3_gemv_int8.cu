@@ -16,10 +16,9 @@
 // are ordered as below; the staged B holds the matching q.
 //
 // Each warp streams its n-tiles' trellis words through the cp.async ring of the fp16 kernel
-// (exl3_gemv_common.cuh), one or two 128-input blocks (the quantization block) per stage (two for
-// m <= 2 at K <= 6: fewer waits, barriers and copy instructions per tile): a block's integer sums
-// start from zero in its first product and are scaled into fp32 sums at its end; a per-row bias
-// carries the Σ q term. Only the m real rows of q are staged (lanes of rows past m
+// (exl3_gemv_common.cuh), one 128-input block (the quantization block) per stage: a block's integer
+// sums start from zero in its first product and are scaled into fp32 sums at its end; a per-row
+// bias, the sums' start, carries the Σ q term. Only the m real rows of q are staged (lanes of rows past m
 // read the last row and their sums are dropped), so shared memory, sized per launch, and with it
 // the blocks an SM holds, follow m. From kInt8PrestageMinRows rows the quantized input of the whole
 // k comes prestaged (exl3_gemv_stage_int8.cu), or from 2 rows handed off by the linear_add before it
@@ -182,16 +181,16 @@ __device__ __forceinline__ void mma_16832_u8s8(int (&d)[4], const uint32_t (&a)[
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]), "r"(c[2]), "r"(c[3]));
 }
 
-template <int kBits, int kStageBlocks>
-using Int8Ring = TrellisRing<kBits, kStageBlocks * kSliceTiles, int8_ring_slots(kBits)>;
+template <int kBits>
+using Int8Ring = TrellisRing<kBits, kSliceTiles, int8_ring_slots(kBits)>;
 
 // kPrestaged: the problems' q is prestaged (GemvProblem::prestaged; its own instance, so that the
 // few-rows instances keep the registers of one prologue).
-template <int kBits, int kGroups, int kStageBlocks, bool kPrestaged>
+template <int kBits, int kGroups, bool kPrestaged>
 __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_gemv_int8_kernel(GemvArgs args) {
-  using Ring = Int8Ring<kBits, kStageBlocks>;
+  using Ring = Int8Ring<kBits>;
   constexpr int kWords = Ring::kWords;
-  static_assert(Ring::kRingWords == int8_ring_words(kBits, kStageBlocks));
+  static_assert(Ring::kRingWords == int8_ring_words(kBits));
 
   const int lane = static_cast<int>(threadIdx.x % kWarpSize);
   const int warp = static_cast<int>(threadIdx.x / kWarpSize);
@@ -248,19 +247,42 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
   }
   // This lane's rows 2t, 2t + 1 in the scale table (group and block added per use).
   const uint32_t lane_scales = shared_address(sm.scale + 2 * t);
-  float acc[kGroups][4];  // scaled sums of the slice; C fragment: 0, 1 at (column g, rows 2t, 2t + 1), 2, 3 at g + 8
+  // This lane's rows' biases (zero past m: those rows are never stored) and whether it stores
+  // them, fixed over the slice; the sums of every n-tile start from the bias.
+  float bias[kGroups][2];
+  bool stores[kGroups][2];
 #pragma unroll
   for (int grp = 0; grp < kGroups; ++grp) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) acc[grp][i] = 0.0f;
+    for (int r = 0; r < 2; ++r) {
+      const int row = grp * kInt8GroupRows + 2 * t + r;
+      stores[grp][r] = row < args.m;
+      bias[grp][r] = stores[grp][r] ? sm.row_bias[row] : 0.0f;
+    }
   }
+  float acc[kGroups][4];  // scaled sums of the slice; C fragment: 0, 1 at (column g, rows 2t, 2t + 1), 2, 3 at g + 8
+  const auto start_sums = [&]() {
+#pragma unroll
+    for (int grp = 0; grp < kGroups; ++grp) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[grp][i] = bias[grp][i % 2];
+    }
+  };
+  start_sums();
   // This lane's partial products: rows 2t, 2t + 1 of each group at column g of its current n-tile
   // (and g + 8), advanced n-tile by n-tile (rows past m are never stored).
   float* out = pr.c + (static_cast<int64_t>(blockIdx.y) * args.m + 2 * t) * pr.n + work.first_tn * kTileSize + g;
   const int kZero[4] = {0, 0, 0, 0};
 
-  const auto consume_block = [&](int slot_words, int block) {
+  // One group of rows has a single chain of dependent products a block (16 at 8 tiles), each
+  // waiting for the last; it keeps a second set of sums for the tiles' second products (two chains
+  // of 8), added as integers at the block's end, so its sums are the same. More groups interleave
+  // their own chains; at K 6-8 the second set would spill (64 registers).
+  constexpr bool kTwoChains = kGroups == 1 && kBits <= 5;
+  // The stage in slot_words is the n-tile's block-th 128-input block of the slice.
+  const auto consume = [&](int slot_words, int block) {
     int sums[kGroups][4];  // this block's integer sums
+    int sums_high[4];  // kTwoChains: the second products' sums
 #pragma unroll
     for (int i = 0; i < kSliceTiles; ++i) {
       const int at = slot_words + i * kWords;
@@ -284,8 +306,20 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
         } else {
           mma_16832_u8s8(sums[grp], a_low, frag.x, frag.y, sums[grp]);
         }
-        mma_16832_u8s8(sums[grp], a_high, frag.z, frag.w, sums[grp]);
+        if constexpr (kTwoChains) {
+          if (i == 0) {
+            mma_16832_u8s8(sums_high, a_high, frag.z, frag.w, kZero);
+          } else {
+            mma_16832_u8s8(sums_high, a_high, frag.z, frag.w, sums_high);
+          }
+        } else {
+          mma_16832_u8s8(sums[grp], a_high, frag.z, frag.w, sums[grp]);
+        }
       }
+    }
+    if constexpr (kTwoChains) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) sums[0][e] += sums_high[e];
     }
 #pragma unroll
     for (int grp = 0; grp < kGroups; ++grp) {
@@ -296,27 +330,18 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
       acc[grp][3] = fmaf(s.y, static_cast<float>(sums[grp][3]), acc[grp][3]);
     }
   };
-  const auto consume = [&](int slot_words, int stage_in_tn) {
-#pragma unroll
-    for (int b = 0; b < kStageBlocks; ++b) {
-      consume_block(slot_words + b * kSliceTiles * kWords, stage_in_tn * kStageBlocks + b);
-    }
-  };
   const auto end_tn = [&]() {
 #pragma unroll
     for (int grp = 0; grp < kGroups; ++grp) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int row = grp * kInt8GroupRows + 2 * t + r;
-        if (row >= args.m) continue;
+        if (!stores[grp][r]) continue;
         float* row_out = out + (grp * kInt8GroupRows + r) * pr.n;
-        const float bias = sm.row_bias[row];
-        row_out[0] = acc[grp][r] + bias;
-        row_out[8] = acc[grp][2 + r] + bias;
+        row_out[0] = acc[grp][r];
+        row_out[8] = acc[grp][2 + r];
       }
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[grp][i] = 0.0f;
     }
+    start_sums();
     out += work.slice_warps * kTileSize;
   };
   stream_stages(stream, num_stages, consume, end_tn);
@@ -324,35 +349,24 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
 
 // The kernel for m rows at K = kBits, with the most dynamic shared memory any launch of it takes
 // allowed (above 48 KiB it must be opted into, once per device).
-template <int kBits, int kGroups, int kStageBlocks, bool kPrestaged>
+template <int kBits, int kGroups, bool kPrestaged>
 void launch_instance(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
-  constexpr auto kernel = exl3_gemv_int8_kernel<kBits, kGroups, kStageBlocks, kPrestaged>;
-  allow_shared_bytes<kernel>(
-      static_cast<size_t>(int8_smem_cap_words(kGroups) - kWarps * int8_ring_words(kBits, kStageBlocks)) * 4);
+  constexpr auto kernel = exl3_gemv_int8_kernel<kBits, kGroups, kPrestaged>;
+  allow_shared_bytes<kernel>(static_cast<size_t>(int8_smem_cap_words(kGroups) - kWarps * int8_ring_words(kBits)) * 4);
   launch_dependent_smem(kernel, grid, kThreads, smem_bytes, stream, args);
 }
 
 template <int kBits, int kGroups>
 void launch_groups(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
   if (args.problem[0].prestaged != nullptr) {
-    launch_instance<kBits, kGroups, 1, true>(args, grid, smem_bytes, stream);
+    launch_instance<kBits, kGroups, true>(args, grid, smem_bytes, stream);
   } else {
-    launch_instance<kBits, kGroups, 1, false>(args, grid, smem_bytes, stream);
+    launch_instance<kBits, kGroups, false>(args, grid, smem_bytes, stream);
   }
 }
 
-// Two-block stages exist for one group of rows at K <= 6 (int8_wide_stages_allowed), below
-// kInt8PrestageMinRows rows: never prestaged (a linear_add hands no input off to them:
-// exl3_gemv_linears_take_staged_input).
-static_assert(kInt8WideStageRows < kInt8PrestageMinRows);
 template <int kBits>
-void launch_bits(const GemvArgs& args, int stage_blocks, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
-  if constexpr (kBits <= 6) {
-    if (stage_blocks == 2) {
-      launch_instance<kBits, 1, 2, false>(args, grid, smem_bytes, stream);
-      return;
-    }
-  }
+void launch_bits(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
   switch (int8_groups_of(args.m)) {
     case 1:
       launch_groups<kBits, 1>(args, grid, smem_bytes, stream);
@@ -371,30 +385,24 @@ void launch_bits(const GemvArgs& args, int stage_blocks, dim3 grid, size_t smem_
 
 }  // namespace
 
-void launch_exl3_gemv_int8(const GemvArgs& args, int bits, int stage_blocks, dim3 grid, cudaStream_t stream) {
+void launch_exl3_gemv_int8(const GemvArgs& args, int bits, dim3 grid, cudaStream_t stream) {
   EXL3_CHECK(args.m >= 1 && args.m <= kInt8MaxGroups * kInt8GroupRows, "int8 GEMV: m must be in 1..",
              kInt8MaxGroups * kInt8GroupRows, ", got ", args.m);
   EXL3_CHECK(bits >= 1 && bits <= 8, "int8 GEMV: bits must be in 1..8, got ", bits);
-  const int sb = stage_blocks;
-  EXL3_CHECK(sb == 1 || (sb == 2 && int8_wide_stages_allowed(bits, args.m, args.k / kTileSize)), "int8 GEMV: ", sb,
-             "-block stages for ", args.m, " rows at K=", bits, ", k=", args.k);
-  EXL3_CHECK(sb == 1 || args.problem[0].prestaged == nullptr, "int8 GEMV: two-block stages take no prestaged q");
-  EXL3_CHECK(args.tiles_per_slice % (sb * kSliceTiles) == 0 &&
-                 args.tiles_per_slice <= max_tiles_per_slice_int8(bits, args.m, sb),
+  EXL3_CHECK(args.tiles_per_slice % kSliceTiles == 0 && args.tiles_per_slice <= max_tiles_per_slice_int8(bits, args.m),
              "int8 GEMV: ", args.tiles_per_slice, " tiles per slice");
   // The dynamic part: all but the rings.
   const size_t smem_bytes =
-      static_cast<size_t>(int8_smem_words(bits, args.m, args.tiles_per_slice, sb) - kWarps * int8_ring_words(bits, sb)) *
-      4;
+      static_cast<size_t>(int8_smem_words(bits, args.m, args.tiles_per_slice) - kWarps * int8_ring_words(bits)) * 4;
   switch (bits) {
-    case 1: launch_bits<1>(args, sb, grid, smem_bytes, stream); break;
-    case 2: launch_bits<2>(args, sb, grid, smem_bytes, stream); break;
-    case 3: launch_bits<3>(args, sb, grid, smem_bytes, stream); break;
-    case 4: launch_bits<4>(args, sb, grid, smem_bytes, stream); break;
-    case 5: launch_bits<5>(args, sb, grid, smem_bytes, stream); break;
-    case 6: launch_bits<6>(args, sb, grid, smem_bytes, stream); break;
-    case 7: launch_bits<7>(args, sb, grid, smem_bytes, stream); break;
-    case 8: launch_bits<8>(args, sb, grid, smem_bytes, stream); break;
+    case 1: launch_bits<1>(args, grid, smem_bytes, stream); break;
+    case 2: launch_bits<2>(args, grid, smem_bytes, stream); break;
+    case 3: launch_bits<3>(args, grid, smem_bytes, stream); break;
+    case 4: launch_bits<4>(args, grid, smem_bytes, stream); break;
+    case 5: launch_bits<5>(args, grid, smem_bytes, stream); break;
+    case 6: launch_bits<6>(args, grid, smem_bytes, stream); break;
+    case 7: launch_bits<7>(args, grid, smem_bytes, stream); break;
+    case 8: launch_bits<8>(args, grid, smem_bytes, stream); break;
     default: break;
   }
   EXL3_CUDA_CHECK_LAUNCH();

@@ -111,19 +111,12 @@ __host__ __device__ constexpr int int8_smem_cap_words(int groups) {
   return groups <= 1 ? 55 * 256 : (227 * 1024 / int8_blocks_per_sm(groups) - 1024) / 4;
 }
 constexpr int kStaticSmemWords = 48 * 256;  // a kernel's static shared memory (the rings) at most
-// Two-block stages halve the per-stage work (the wait, the barrier, the next stage's copies) where
-// the staged q is small: at most this many rows, and K <= 6 (wider rings would pass 48 KiB).
-constexpr int kInt8WideStageRows = 2;
 
 __host__ __device__ constexpr int int8_groups_of(int m) { return (m + kInt8GroupRows - 1) / kInt8GroupRows; }
 __host__ __device__ constexpr int int8_ring_slots(int bits) { return bits <= 4 ? 3 : 2; }
-// Whether m rows of a k of k_tiles tiles may take two-block stages: every slice must then be a
-// whole number of them (k_tiles a multiple of 16). The planner decides whether they do.
-__host__ __device__ constexpr bool int8_wide_stages_allowed(int bits, int m, long long k_tiles) {
-  return m <= kInt8WideStageRows && bits <= 6 && k_tiles % (2 * kSliceTiles) == 0;
-}
-__host__ __device__ constexpr int int8_ring_words(int bits, int stage_blocks) {  // per warp
-  return int8_ring_slots(bits) * stage_blocks * kSliceTiles * tile_words(bits);
+// The int8 ring's stages are one 128-input block (kSliceTiles tiles).
+__host__ __device__ constexpr int int8_ring_words(int bits) {  // per warp
+  return int8_ring_slots(bits) * kSliceTiles * tile_words(bits);
 }
 __host__ __device__ constexpr int int8_row_words(int tiles) { return 16 * tiles + 16; }
 // The fused RMSNorm (kGemvNormMaxRows rows at most): its shared memory (block_norm_scales), per
@@ -134,24 +127,21 @@ constexpr int kNormWords = kMaxNormRows * (kWarps + 1);
 __host__ __device__ constexpr int int8_side_words(int groups) {
   return 2 * groups * kMaxSliceBlocks * kInt8GroupRows + groups * kInt8GroupRows + kNormWords;
 }
-__host__ __device__ constexpr int int8_smem_words(int bits, int m, int tiles, int stage_blocks) {
-  return kWarps * int8_ring_words(bits, stage_blocks) + m * int8_row_words(tiles) + int8_side_words(int8_groups_of(m));
+__host__ __device__ constexpr int int8_smem_words(int bits, int m, int tiles) {
+  return kWarps * int8_ring_words(bits) + m * int8_row_words(tiles) + int8_side_words(int8_groups_of(m));
 }
 
 // The largest k-slice (whole stages, at most kMaxTilesPerSlice tiles) whose shared memory fits
 // int8_smem_cap_words.
-__host__ __device__ constexpr int max_tiles_per_slice_int8(int bits, int m, int stage_blocks) {
-  const int step = stage_blocks * kSliceTiles;
+__host__ __device__ constexpr int max_tiles_per_slice_int8(int bits, int m) {
   int tiles = kMaxTilesPerSlice;
-  while (tiles > step && int8_smem_words(bits, m, tiles, stage_blocks) > int8_smem_cap_words(int8_groups_of(m))) {
-    tiles -= step;
+  while (tiles > kSliceTiles && int8_smem_words(bits, m, tiles) > int8_smem_cap_words(int8_groups_of(m))) {
+    tiles -= kSliceTiles;
   }
   return tiles;
 }
-static_assert(int8_smem_words(8, kInt8MaxGroups* kInt8GroupRows, kSliceTiles, 1) <=
-              int8_smem_cap_words(kInt8MaxGroups));
-static_assert(kWarps * int8_ring_words(6, 2) <= kStaticSmemWords && kWarps * int8_ring_words(8, 1) <= kStaticSmemWords);
-static_assert(int8_smem_words(6, kInt8WideStageRows, 2 * kSliceTiles, 2) <= int8_smem_cap_words(1));
+static_assert(int8_smem_words(8, kInt8MaxGroups* kInt8GroupRows, kSliceTiles) <= int8_smem_cap_words(kInt8MaxGroups));
+static_assert(kWarps * int8_ring_words(4) <= kStaticSmemWords && kWarps * int8_ring_words(8) <= kStaticSmemWords);
 
 // The int8 linear takes its quantized input prestaged (exl3_gemv_stage_int8.cu, one launch more)
 // from this many rows on, where the scratch holds it; below, every block of a k-slice quantizes

@@ -17,9 +17,6 @@ constexpr double kSliceGroups = 0.05;
 // full speed. The bare matmul's slices add into C with atomics, which contend more the more of
 // them run at once: it keeps counting 3 (4096x28672 at 16 rows: 49.0 us with 3, 61.3 with 4).
 constexpr double kBareSaturatingBlocks = 3.0;
-// Two-block stages spend about 7% fewer instructions a tile (measured: 8192x28672, K=4, 1 row,
-// the same grid: 52.3 -> 48.7 us).
-constexpr double kWideStageTileCost = 0.93;
 // A slice's partial products cost memory time: written by the matmul (overlapping its decode, so
 // counted half) and read back by the output pass, at about the H200's copy rate (4.2 TB/s,
 // 3.3 sustained by these small scattered writes and reads), in bytes per microsecond.
@@ -31,7 +28,7 @@ constexpr double kPartialBytesPerUs = 3.3e6;
 // and 3-4 are scaled from it by their tensor-core products per tile (estimates).
 constexpr double kFp16GroupUs[4] = {2.2, 2.8, 3.6, 4.4};
 // The int8 kernel's, by groups of 8 rows: 1.8 us for one (8192x28672 at 1 row, 48.7 us for 27
-// groups a warp), the rest estimates (its products per tile grow with the groups; 9-32 rows only
+// groups a warp, session 18, then in two-block stages), the rest estimates (its products per tile grow with the groups; 9-32 rows only
 // the tests and exl3-bench gemv ask for: the backends stop at kInt8ActivationsMaxRows).
 constexpr double kInt8GroupUs[4] = {1.8, 2.2, 2.6, 3.0};
 
@@ -46,19 +43,17 @@ int resident_blocks(int64_t m) { return blocks_per_sm(m_blocks(m)); }
 
 // Resident int8 blocks: registers (the launch bounds) or shared memory (an SM's 227 KiB, 1 KiB of
 // it reserved per block), whichever allows fewer.
-int int8_resident_blocks(int rows, int bits, int stage_blocks) {
-  const int words = int8_smem_words(bits, rows, max_tiles_per_slice_int8(bits, rows, stage_blocks), stage_blocks);
+int int8_resident_blocks(int rows, int bits) {
+  const int words = int8_smem_words(bits, rows, max_tiles_per_slice_int8(bits, rows));
   const int by_smem = (227 * 1024) / (words * 4 + 1024);
   return std::max(1, std::min(int8_blocks_per_sm(int8_groups_of(rows)), by_smem));
 }
 
-GemvKernelShape int8_shape(int rows, int bits, int stage_blocks) {
+GemvKernelShape int8_shape(int rows, int bits) {
   GemvKernelShape s;
-  s.blocks_per_sm = int8_resident_blocks(rows, bits, stage_blocks);
+  s.blocks_per_sm = int8_resident_blocks(rows, bits);
   s.saturating_blocks = s.blocks_per_sm;
-  s.max_tiles = max_tiles_per_slice_int8(bits, rows, stage_blocks);
-  s.granule_tiles = stage_blocks * kSliceTiles;
-  s.tile_cost = stage_blocks == 2 ? kWideStageTileCost : 1.0;
+  s.max_tiles = max_tiles_per_slice_int8(bits, rows);
   // Past one group of rows (prestaged q) the slices' partial products are priced as for the fp16
   // kernel's prestaged A. Not for one group, prestaged from kInt8PrestageMinRows rows or not:
   // pricing them at 5-8 rows took longer slices for the 8B's gate/up (4096x28672 at 8 rows 33.2 ->
@@ -72,12 +67,11 @@ GemvKernelShape int8_shape(int rows, int bits, int stage_blocks) {
 }  // namespace
 
 GemvKernelShape gemv_kernel_shape(int64_t m, int bits, Codebook codebook, bool int8) {
-  if (int8) return int8_shape(static_cast<int>(m), bits, 1);
+  if (int8) return int8_shape(static_cast<int>(m), bits);
   GemvKernelShape s;
   s.blocks_per_sm = resident_blocks(m);
   s.saturating_blocks = s.blocks_per_sm;
   s.max_tiles = max_tiles_per_slice(bits, m_blocks(m), staged_doubled(codebook == Codebook::kMul1, m_blocks(m)));
-  s.granule_tiles = kSliceTiles;
   // Prestaged A (kGemvPrestageMinRows rows on): a longer slice costs no more staging, so its fewer
   // partial products are what the model weighs, from kGemvPricedPartialMinRows rows. Below, every
   // block of a slice stages it, which the model does not price; their measured plans keep
@@ -86,8 +80,6 @@ GemvKernelShape gemv_kernel_shape(int64_t m, int bits, Codebook codebook, bool i
   s.group_us = kFp16GroupUs[std::clamp(m_blocks(m), 1, 4) - 1];
   return s;
 }
-
-GemvKernelShape int8_wide_kernel_shape(int64_t m, int bits) { return int8_shape(static_cast<int>(m), bits, 2); }
 
 GemvKernelShape bare_kernel_shape(int64_t m, int bits, Codebook codebook) {
   GemvKernelShape s = gemv_kernel_shape(m, bits, codebook, false);
@@ -98,15 +90,13 @@ GemvKernelShape bare_kernel_shape(int64_t m, int bits, Codebook codebook) {
 
 GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, const GemvKernelShape& kernel, int64_t max_slices) {
   const int64_t groups = k_tiles / kSliceTiles;
-  const int64_t unit = kernel.granule_tiles / kSliceTiles;  // groups per granule
   const int blocks_per_sm = kernel.blocks_per_sm;
   const int64_t fewest = (k_tiles + kernel.max_tiles - 1) / kernel.max_tiles;
   const int64_t most_blocks = (n_tiles + kWarps - 1) / kWarps;
-  const double setup = kSetupGroups + static_cast<double>(unit - 1);
   const double partial_bytes = static_cast<double>(kernel.partial_rows) * static_cast<double>(n_tiles) * 16.0 * 4.0;
   const double slice_cost = kSliceGroups + partial_bytes * kPartialTraffic / (kPartialBytesPerUs * kernel.group_us);
   GemvGrid best;
-  for (int64_t per = (groups + fewest - 1) / fewest / unit * unit; per >= unit; per -= unit) {
+  for (int64_t per = (groups + fewest - 1) / fewest; per >= 1; --per) {
     const int64_t slices = (groups + per - 1) / per;
     if (slices > max_slices) break;
     // Blocks per slice: every count that fills whole rounds of the SMs (up to four waves of
@@ -119,11 +109,11 @@ GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, const GemvKer
       const int64_t waves = (per_sm + blocks_per_sm - 1) / blocks_per_sm;
       const double concurrent = static_cast<double>(std::min<int64_t>(per_sm, blocks_per_sm));
       const double time =
-          static_cast<double>(waves) * (static_cast<double>(rounds * per) * kernel.tile_cost + setup) *
+          static_cast<double>(waves) * (static_cast<double>(rounds * per) + kSetupGroups) *
               std::max(1.0, concurrent / kernel.saturating_blocks) +
           slice_cost * static_cast<double>(slices);
       if (best.slices == 0 || time < best.time * 0.98) {
-        best = {per * kSliceTiles, slices, blocks, time, static_cast<int>(unit)};
+        best = {per * kSliceTiles, slices, blocks, time};
       }
     }
   }
@@ -132,12 +122,7 @@ GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, const GemvKer
 
 GemvGrid plan_linear(int64_t n_tiles, int64_t k_tiles, int64_t m, int bits, Codebook codebook, bool int8, int sm_count,
                      int64_t max_slices) {
-  GemvGrid plan = plan_grid(n_tiles, k_tiles, sm_count, gemv_kernel_shape(m, bits, codebook, int8), max_slices);
-  if (int8 && int8_wide_stages_allowed(bits, static_cast<int>(m), k_tiles)) {
-    const GemvGrid wide = plan_grid(n_tiles, k_tiles, sm_count, int8_wide_kernel_shape(m, bits), max_slices);
-    if (wide.slices > 0 && (plan.slices == 0 || wide.time < plan.time)) plan = wide;
-  }
-  return plan;
+  return plan_grid(n_tiles, k_tiles, sm_count, gemv_kernel_shape(m, bits, codebook, int8), max_slices);
 }
 
 void split_blocks(int64_t blocks_per_slice, std::span<const int64_t> n_tiles, std::span<int64_t> blocks) {

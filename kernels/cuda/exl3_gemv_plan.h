@@ -1,5 +1,5 @@
 // The launch plan of the few-rows EXL3 matmul (exl3_gemv.cu, exl3_gemv_int8.cu): how many k-slices
-// and blocks a shape gets on this GPU, and for the int8 kernel its stage size. Host code only.
+// and blocks a shape gets on this GPU. Host code only.
 #pragma once
 
 #include <cstdint>
@@ -13,27 +13,22 @@ namespace exl3::gemv {
 int m_blocks(int64_t m);
 
 // What the planner knows of one kernel instance: the blocks an SM holds at once and how many of
-// them already keep its issue slots busy; the most k-tiles a slice may hold and the multiple of
-// tiles every slice must be (its stage); the time of a tile relative to one-block stages; the rows
-// whose partial products every slice writes (0: the slices add into C instead) and the time of
-// one group of kSliceTiles tiles per warp (microseconds), which turns those bytes into groups.
+// them already keep its issue slots busy; the most k-tiles a slice may hold (slices are whole
+// groups of kSliceTiles, a stage of either kernel); the rows whose partial products every slice
+// writes (0: the slices add into C instead) and the time of one group of kSliceTiles tiles per warp
+// (microseconds), which turns those bytes into groups.
 struct GemvKernelShape {
   int blocks_per_sm = 1;
   double saturating_blocks = 1.0;
   int max_tiles = 0;
-  int granule_tiles = 0;
-  double tile_cost = 1.0;
   int partial_rows = 0;
   double group_us = 1.0;
 };
 
-// The launch shape: k-slices of tiles_per_slice tiles (whole granules, at most max_tiles, at most
+// The launch shape: k-slices of tiles_per_slice tiles (whole groups, at most max_tiles, at most
 // max_slices slices) and blocks per slice, whose warps share the slice's n-tiles; the model's time
-// (in groups of kSliceTiles tiles) and the quantization blocks per stage (the granule's; the int8
-// kernel's two-block stages are the only ones of 2). A
-// block's work is its warps' rounds of n-tiles times the slice length times tile_cost, plus a
-// fixed setup (staging A, filling the pipeline: kSetupGroups groups and the granule's groups past
-// the first). An SM holds blocks_per_sm blocks at once (more take further waves) and runs up to
+// (in groups of kSliceTiles tiles). A block's work is its warps' rounds of n-tiles times the slice
+// length, plus a fixed setup (staging A, filling the pipeline: kSetupGroups groups). An SM holds blocks_per_sm blocks at once (more take further waves) and runs up to
 // saturating_blocks of them at full speed each; beyond that they share its issue rate, so a wave
 // takes a block's work times max(1, its blocks / saturating_blocks). Every slice adds kSliceGroups
 // and the traffic of its partial products (partial_rows x n floats written, then read by the output
@@ -44,20 +39,16 @@ struct GemvGrid {
   int64_t slices = 0;
   int64_t blocks_per_slice = 0;
   double time = 0.0;
-  int stage_blocks = 1;
 };
 
 GemvGrid plan_grid(int64_t n_tiles, int64_t k_tiles, int sm_count, const GemvKernelShape& kernel, int64_t max_slices);
 
-// The kernel a linear of m rows runs with one-block stages (int8:
-// exl3_gemv_int8.cu, else exl3_gemv.cu), and the int8 kernel with two-block stages.
+// The kernel a linear of m rows runs (int8: exl3_gemv_int8.cu, else exl3_gemv.cu).
 GemvKernelShape gemv_kernel_shape(int64_t m, int bits, Codebook codebook, bool int8);
-GemvKernelShape int8_wide_kernel_shape(int64_t m, int bits);
 // The bare fp16 matmul (launch_exl3_gemv: slices add into C with atomics).
 GemvKernelShape bare_kernel_shape(int64_t m, int bits, Codebook codebook);
 
-// The few-rows linear's plan: for the int8 kernel where two-block stages are allowed, the faster
-// of the two stage sizes by the model.
+// The few-rows linear's plan.
 GemvGrid plan_linear(int64_t n_tiles, int64_t k_tiles, int64_t m, int bits, Codebook codebook, bool int8, int sm_count,
                      int64_t max_slices);
 

@@ -1238,9 +1238,8 @@ TEST(CudaNormHandoff, Int8ActivationsMatchTheUnfusedPath) {
 }
 
 // The gated product's input hand-off with int8 activations on (CUDA): the output pass quantizes the
-// down projection's input per 128 inputs as its staging would, at 3-4 rows; at 2 rows where the
-// plan gives the int8 kernel one-block stages (two-block stages quantize their own slices); never
-// at 1 row or from 5, where a launch prestages it (kGemvInputHandoffMinRows, ...MaxRows).
+// down projection's input per 128 inputs as its staging would, at 2-4 rows; never at 1 row or from
+// 5, where a launch prestages it (kGemvInputHandoffMinRows, ...MaxRows).
 TEST(CudaInputHandoff, Int8ActivationsMatchTheUnfusedPath) {
   const std::unique_ptr<Backend> b = int8_cuda_backend();
   ASSERT_NE(b, nullptr);
@@ -1248,8 +1247,7 @@ TEST(CudaInputHandoff, Int8ActivationsMatchTheUnfusedPath) {
     for (int64_t width : {1024, 4096}) {
       const std::string name = absl::StrCat("int8_input_handoff_m", m, "_w", width);
       std::mt19937 rng(seed_of(name));
-      std::optional<bool> taken;
-      if (m != 2) taken = m >= kGemvInputHandoffMinRows && m <= kGemvInputHandoffMaxRows;
+      const std::optional<bool> taken = m >= kGemvInputHandoffMinRows && m <= kGemvInputHandoffMaxRows;
       // From 2 rows the down projection also hands the next norm off (both in one linear_add).
       expect_checks(name, run_input_handoff(*b, rng, {m, width, Codebook::kMul1, taken, m >= 2}, kInt8));
     }
@@ -1258,8 +1256,7 @@ TEST(CudaInputHandoff, Int8ActivationsMatchTheUnfusedPath) {
   for (int64_t m : {2, 3, 4}) {
     const std::string name = absl::StrCat("int8_input_handoff_m", m, "_intervened");
     std::mt19937 rng(seed_of(name));
-    const std::optional<bool> taken = m == 2 ? std::nullopt : std::optional<bool>(true);
-    expect_checks(name, run_input_handoff(*b, rng, {m, 4096, Codebook::kMul1, taken, true, true}, kInt8));
+    expect_checks(name, run_input_handoff(*b, rng, {m, 4096, Codebook::kMul1, true, true, true}, kInt8));
   }
   ASSERT_TRUE(b->synchronize().ok());
 }

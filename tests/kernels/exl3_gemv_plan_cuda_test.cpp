@@ -1,7 +1,7 @@
 // Tests of the few-rows EXL3 matmul's launch planner (kernels/cuda/exl3_gemv_plan.h), host code that
-// needs no GPU: every plan covers k in whole stages within the kernel's limits, the int8 kernel's
-// two-block stages are taken only where allowed, 17-64 rows stage longer slices, prestaged rows
-// weigh their partial products, and a grouped launch never gets more blocks than its plan.
+// needs no GPU: every plan covers k in whole stages within the kernel's limits, 17-64 rows stage
+// longer slices, prestaged rows weigh their partial products, and a grouped launch never gets more
+// blocks than its plan.
 #include "kernels/cuda/exl3_gemv_plan.h"
 
 #include "kernels/cuda/exl3_gemv_layout.cuh"
@@ -23,18 +23,17 @@ struct Shape {
   int bits;
 };
 
-// The plan covers the k-tiles with slices of whole granules (the last one possibly shorter), each
+// The plan covers the k-tiles with slices of whole stages (the last one possibly shorter), each
 // within the kernel's slice limit, and its blocks hold every n-tile.
 void expect_valid(const GemvGrid& g, const Shape& s, bool int8) {
   const int64_t k_tiles = s.k / 16;
-  const GemvKernelShape kernel =
-      g.stage_blocks == 2 ? int8_wide_kernel_shape(s.m, s.bits) : gemv_kernel_shape(s.m, s.bits, Codebook::kMul1, int8);
+  const GemvKernelShape kernel = gemv_kernel_shape(s.m, s.bits, Codebook::kMul1, int8);
   ASSERT_GT(g.slices, 0) << s.k << "x" << s.n;
-  EXPECT_EQ(g.tiles_per_slice % kernel.granule_tiles, 0);
+  EXPECT_EQ(g.tiles_per_slice % kSliceTiles, 0);
   EXPECT_LE(g.tiles_per_slice, kernel.max_tiles);
   EXPECT_GE(g.slices * g.tiles_per_slice, k_tiles);
   EXPECT_LT((g.slices - 1) * g.tiles_per_slice, k_tiles);
-  EXPECT_EQ((k_tiles - (g.slices - 1) * g.tiles_per_slice) % kernel.granule_tiles, 0) << "last slice";
+  EXPECT_EQ((k_tiles - (g.slices - 1) * g.tiles_per_slice) % kSliceTiles, 0) << "last slice";
   EXPECT_GE(g.blocks_per_slice, 1);
   EXPECT_LE(g.blocks_per_slice, (s.n / 16 + 7) / 8);
   EXPECT_GT(g.time, 0.0);
@@ -57,17 +56,6 @@ TEST(Exl3GemvPlan, PlansCoverKInWholeStagesForLlamaShapes) {
   }
 }
 
-TEST(Exl3GemvPlan, TwoBlockStagesOnlyWhereAllowed) {
-  // One row, K=4, a long k: the model prefers two-block stages (fewer instructions a tile).
-  EXPECT_EQ(plan_linear(28672 / 16, 8192 / 16, 1, 4, Codebook::kMul1, true, kH200Sms, 65535).stage_blocks, 2);
-  // Never for the fp16 kernel, for more than two rows, above K=6, or where k is not a multiple of
-  // 256 inputs (1152 = 72 tiles).
-  EXPECT_EQ(plan_linear(28672 / 16, 8192 / 16, 1, 4, Codebook::kMul1, false, kH200Sms, 65535).stage_blocks, 1);
-  EXPECT_EQ(plan_linear(28672 / 16, 8192 / 16, 3, 4, Codebook::kMul1, true, kH200Sms, 65535).stage_blocks, 1);
-  EXPECT_EQ(plan_linear(28672 / 16, 8192 / 16, 1, 7, Codebook::kMul1, true, kH200Sms, 65535).stage_blocks, 1);
-  EXPECT_EQ(plan_linear(4096 / 16, 1152 / 16, 1, 4, Codebook::kMul1, true, kH200Sms, 65535).stage_blocks, 1);
-}
-
 TEST(Exl3GemvPlan, LinearsCountEveryResidentBlockTheBareMatmulThree) {
   for (const bool int8 : {false, true}) {
     const GemvKernelShape s = gemv_kernel_shape(1, 4, Codebook::kMul1, int8);
@@ -75,8 +63,6 @@ TEST(Exl3GemvPlan, LinearsCountEveryResidentBlockTheBareMatmulThree) {
     EXPECT_EQ(s.saturating_blocks, 4.0);
   }
   EXPECT_EQ(bare_kernel_shape(1, 4, Codebook::kMul1).saturating_blocks, 3.0);
-  EXPECT_EQ(int8_wide_kernel_shape(1, 4).granule_tiles, 16);
-  EXPECT_LT(int8_wide_kernel_shape(1, 4).tile_cost, 1.0);
 }
 
 TEST(Exl3GemvPlan, TwoToFourMBlocksStageLongerSlicesInTheSharedMemoryTheirBlocksLeave) {
