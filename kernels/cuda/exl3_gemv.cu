@@ -557,7 +557,8 @@ void launch_exl3_gemv_linears(std::span<const Exl3LinearParams> ps, float* scrat
   if (int8) {
     const int blocks = assign_blocks(args, plan);
     if (!staged_input) prestage_int8(ps, args, stream);
-    launch_exl3_gemv_int8(args, p0.bits, dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices)), stream);
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(plan.slices));
+    launch_exl3_gemv_int8(args, p0.bits, grid, stream);
   } else {
     if (!staged_input) prestage(ps, args, stream);
     launch<true>(args, p0.bits, p0.codebook, plan, stream);

@@ -18,13 +18,13 @@
 // Each warp streams its n-tiles' trellis words through the cp.async ring of the fp16 kernel
 // (exl3_gemv_common.cuh), one 128-input block (the quantization block) per stage: a block's integer
 // sums start from zero in its first product and are scaled into fp32 sums at its end; a per-row
-// bias, the sums' start, carries the Σ q term. Only the m real rows of q are staged (lanes of rows past m
-// read the last row and their sums are dropped), so shared memory, sized per launch, and with it
-// the blocks an SM holds, follow m. From kInt8PrestageMinRows rows the quantized input of the whole
-// k comes prestaged (exl3_gemv_stage_int8.cu), or from 2 rows handed off by the linear_add before it
-// (exl3_gemv_output_norm.cu), and the blocks copy their slices of it. The block
-// writes one partial product per k-slice, summed by the output pass (exl3_gemv_output.cu) as for
-// the fp16 kernel.
+// bias, the sums' start, carries the Σ q term. Only the m real rows of q are staged (lanes of rows
+// past m read the last row and their sums are dropped), so shared memory, sized per launch, and
+// with it the blocks an SM holds, follow m. From kInt8PrestageMinRows rows the quantized input of
+// the whole k comes prestaged (exl3_gemv_stage_int8.cu), or from 2 rows handed off by the
+// linear_add before it (exl3_gemv_output_norm.cu), and the blocks copy their slices of it. The
+// block writes one partial product per k-slice, summed by the output pass (exl3_gemv_output.cu) as
+// for the fp16 kernel.
 #include <cuda_fp16.h>
 
 #include <cstdint>

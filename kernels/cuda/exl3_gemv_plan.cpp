@@ -28,8 +28,9 @@ constexpr double kPartialBytesPerUs = 3.3e6;
 // and 3-4 are scaled from it by their tensor-core products per tile (estimates).
 constexpr double kFp16GroupUs[4] = {2.2, 2.8, 3.6, 4.4};
 // The int8 kernel's, by groups of 8 rows: 1.8 us for one (8192x28672 at 1 row, 48.7 us for 27
-// groups a warp, session 18, then in two-block stages), the rest estimates (its products per tile grow with the groups; 9-32 rows only
-// the tests and exl3-bench gemv ask for: the backends stop at kInt8ActivationsMaxRows).
+// groups a warp, session 18, then in two-block stages), the rest estimates (its products per tile
+// grow with the groups; 9-32 rows only the tests and exl3-bench gemv ask for: the backends stop at
+// kInt8ActivationsMaxRows).
 constexpr double kInt8GroupUs[4] = {1.8, 2.2, 2.6, 3.0};
 
 }  // namespace

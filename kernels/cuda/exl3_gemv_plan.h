@@ -28,12 +28,13 @@ struct GemvKernelShape {
 // The launch shape: k-slices of tiles_per_slice tiles (whole groups, at most max_tiles, at most
 // max_slices slices) and blocks per slice, whose warps share the slice's n-tiles; the model's time
 // (in groups of kSliceTiles tiles). A block's work is its warps' rounds of n-tiles times the slice
-// length, plus a fixed setup (staging A, filling the pipeline: kSetupGroups groups). An SM holds blocks_per_sm blocks at once (more take further waves) and runs up to
-// saturating_blocks of them at full speed each; beyond that they share its issue rate, so a wave
-// takes a block's work times max(1, its blocks / saturating_blocks). Every slice adds kSliceGroups
-// and the traffic of its partial products (partial_rows x n floats written, then read by the output
-// pass, at the memory rate, in groups of group_us). The plan minimises the busiest SM's time (whole multiples of the SM count,
-// no nearly idle last wave). slices == 0: no plan fits max_slices.
+// length, plus a fixed setup (staging A, filling the pipeline: kSetupGroups groups). An SM holds
+// blocks_per_sm blocks at once (more take further waves) and runs up to saturating_blocks of them
+// at full speed each; beyond that they share its issue rate, so a wave takes a block's work times
+// max(1, its blocks / saturating_blocks). Every slice adds kSliceGroups and the traffic of its
+// partial products (partial_rows x n floats written, then read by the output pass, at the memory
+// rate, in groups of group_us). The plan minimises the busiest SM's time (whole multiples of the SM
+// count, no nearly idle last wave). slices == 0: no plan fits max_slices.
 struct GemvGrid {
   int64_t tiles_per_slice = 0;
   int64_t slices = 0;
