@@ -121,10 +121,9 @@ bool gemv_norm_handoff_fits(int64_t m, int64_t n, int consumers);
 // int8 auto against the same tree without it (bench/results/2026-12-05-s17/, runs 1-3): batch 2
 // +4.0%, +3.9%, +3.2%; batch 3 +5.4%; batch 4 +3.6%, +1.1%; 70B batch 4 +1.1%. Not kept: batch 1
 // (made to take it, session 18 runs 5-6: 8B +0.6% over four rounds within a 6% spread, 70B even),
-// and where a staging launch
-// prestages the input (int8 batch 8 -1.1%, fp16 batch 8 -1.5%, 64 +1.2%) or fp16 blocks stage it
-// (batch 1-4 within +-0.8%): the transform moves into the output pass, onto the critical path,
-// from work the dependent launches overlap.
+// and where a staging launch prestages the input (int8 batch 8 -1.1%, fp16 batch 8 -1.5%, 64
+// +1.2%) or fp16 blocks stage it (batch 1-4 within +-0.8%): the transform moves into the output
+// pass, onto the critical path, from work the dependent launches overlap.
 constexpr int64_t kGemvInputHandoffMinRows = 2;
 constexpr int64_t kGemvInputHandoffMaxRows = 4;
 
