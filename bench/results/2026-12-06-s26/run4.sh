@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Session 26, run 4: sq (branch s26-norm-sumsq): at one row a linear_add's output pass also forms the
+# new residual's sum of squares per 128 outputs, and the next matmul's fused RMSNorm adds those 32
+# (8B) or 64 (70B) block sums instead of every block reading the whole residual row (16 / 32 KB
+# from L2 in each of ~500 blocks); both paths sum in one order. Every GPU test built as sq, then sq
+# against main 7eef708: three rounds of the 8B decode at batch 1-2 with int8 auto and off, two of
+# the 70B at batch 1. Bundle: exl3-bench-main, exl3-bench-sq, the seven *_gpu_test binaries (sq).
+set -u
+B=/tmp/g/bin; S=$OUT/summary.txt; R=$OUT/r; mkdir -p $R
+nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader >> $S
+export EXL3_TEST_SOURCE_DIR=$PWD EXL3_TEST_WORK_DIR=/tmp/work; mkdir -p /tmp/work
+for t in exl3_gemv_int8_gpu_test backend_ops_gpu_test cuda_ops_gpu_test kv_quant_gpu_test quantized_cache_model_gpu_test \
+         step_graph_gpu_test; do
+  timeout 150 $B/$t > $R/$t.log 2>&1; echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED) ' $R/$t.log | tr '\n' ' ') at $SECONDS s" >> $S
+done
+timeout 200 $B/llama_model_gpu_test --gtest_filter=-*HfBf16*:*Perplexity*TwoPointFive* > $R/llama_model_gpu_test.log 2>&1
+echo "llama_model_gpu_test rc $? $(grep -E '^\[  (PASSED|FAILED) ' $R/llama_model_gpu_test.log | tr '\n' ' ') at $SECONDS s" >> $S
+grep -h -B2 -A8 "Failure" $R/*_gpu_test.log | head -60 >> $S
+M8=/tmp/m8; M70=/tmp/m70
+$B/exl3-bench-main make-model --shape llama-3.1-8b --out $M8 > $R/make-8b.log 2>&1; echo "make 8b rc $? at $SECONDS s" >> $S
+for r in 1 2 3; do for v in main sq; do for i8 in auto off; do
+  timeout 60 $B/exl3-bench-$v model --model $M8 --backend cuda --prefill 128 --prefill-repeats 1 --batch 1,2 \
+    --decode-steps 64 --int8-activations $i8 > $R/m8-$v-$i8-$r.log 2>&1
+  echo "8b $i8 $v r$r rc $?: $(grep -E 'decode batch' $R/m8-$v-$i8-$r.log | awk '{print $(NF-1)}' | tr '\n' ' ')" >> $S
+done; done; done
+echo "8b done at $SECONDS s" >> $S
+$B/exl3-bench-main make-model --shape llama-3.1-70b --out $M70 > $R/make-70b.log 2>&1; echo "make 70b rc $? at $SECONDS s" >> $S
+for r in 1 2; do for v in main sq; do for i8 in auto off; do
+  timeout 60 $B/exl3-bench-$v model --model $M70 --backend cuda --prefill 128 --prefill-repeats 1 --batch 1 \
+    --decode-steps 16 --int8-activations $i8 > $R/m70-$v-$i8-$r.log 2>&1
+  echo "70b $i8 $v r$r rc $?: $(grep -E 'decode batch' $R/m70-$v-$i8-$r.log | awk '{print $(NF-1)}' | tr '\n' ' ')" >> $S
+done; done; done
+rm -rf $M70
+cp $S $R/
+tar -C $OUT -cJf $OUT/results.tar.xz r && rm -rf $R
+cat $S
