@@ -90,10 +90,10 @@ __host__ __device__ constexpr int staged_bytes(int m_blocks, int tiles, bool dou
 }
 
 // The int8 kernel (exl3_gemv_int8.cu) takes rows in groups of 8 (the n of its m16n8k32 products)
-// and streams the trellis in stages of one or two 128-input blocks (the quantization block,
-// kSliceTiles tiles each). Its shared memory is sized per launch (dynamic): the rings, the staged q
-// (per row 16 words a tile and 16 of padding, which spreads the rows over the banks), and per
-// (group, block, row) a scale and a scaled Σ q, per row a bias, and the fused RMSNorm's words.
+// and streams the trellis in stages of one 128-input block (the quantization block, kSliceTiles
+// tiles). Its shared memory is sized per launch (dynamic): the rings, the staged q (per row 16
+// words a tile and 16 of padding, which spreads the rows over the banks), and per (group, block,
+// row) a scale and a scaled Σ q, per row a bias, and the fused RMSNorm's words.
 constexpr int kInt8GroupRows = 8;
 constexpr int kInt8MaxGroups = 4;
 constexpr int kMaxSliceBlocks = kMaxTilesPerSlice / kSliceTiles;
