@@ -95,9 +95,11 @@ __device__ __forceinline__ void copy_prestaged_slice(const GemvArgs& args, const
 }
 
 // Stages the block's slice of A (zeros first, then rows < m; the caller synchronises) and, for
-// MUL1, every row's sum of the staged values. Linear: A = fp16(had128(fp16(x ⊙ suh)) / sqrt(128)),
-// inputs >= in_features as zero, one warp per (row, 128-input block), as
-// exl3_input_transform_kernel. Bare: A copied.
+// MUL1, every row's sum of the staged values: with at most kOrderedRowSumMBlocks m-blocks each
+// (row, 128-input block)'s sum into block_sums (row_sums + 16 · kMBlocks, kMaxSliceBlocks a row),
+// which sum_row_blocks then adds in block order; with more, added into row_sums with atomics.
+// Linear: A = fp16(had128(fp16(x ⊙ suh)) / sqrt(128)), inputs >= in_features as zero, one warp
+// per (row, 128-input block), as exl3_input_transform_kernel. Bare: A copied.
 template <int kMBlocks, bool kLinear, bool kDoubled, bool kRowSums>
 __device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* suh, int64_t k0, int num_tiles,
                                             uint32_t* staged, float* row_sums, const float* norm_scales) {
@@ -108,7 +110,8 @@ __device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* 
   for (int i = static_cast<int>(threadIdx.x); i < words / 4; i += kThreads) {
     reinterpret_cast<uint4*>(staged)[i] = make_uint4(0u, 0u, 0u, 0u);
   }
-  if constexpr (kRowSums) {
+  constexpr bool kOrdered = kMBlocks <= kOrderedRowSumMBlocks;
+  if constexpr (kRowSums && !kOrdered) {
     for (int i = static_cast<int>(threadIdx.x); i < 16 * kMBlocks; i += kThreads) row_sums[i] = 0.0f;
   }
   __syncthreads();
@@ -123,8 +126,27 @@ __device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* 
     if constexpr (kRowSums) {
 #pragma unroll
       for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
-      if (lane == 0) atomicAdd(&row_sums[row], sum);
+      if (lane == 0) {
+        if constexpr (kOrdered) {
+          row_sums[16 * kMBlocks + row * kMaxSliceBlocks + job % blocks] = sum;
+        } else {
+          atomicAdd(&row_sums[row], sum);
+        }
+      }
     }
+  }
+}
+
+// stage_slice's row sums, where ordered: each row's block sums added in block order (as
+// copy_prestaged_slice adds the prestaged ones). The caller synchronises before and after.
+template <int kMBlocks>
+__device__ __forceinline__ void sum_row_blocks(int m, int num_tiles, float* row_sums) {
+  const int blocks = num_tiles * kTileSize / wht128::kBlock;
+  const float* block_sums = row_sums + 16 * kMBlocks;
+  for (int r = static_cast<int>(threadIdx.x); r < m && r < 16 * kMBlocks; r += kThreads) {
+    float sum = 0.0f;
+    for (int b = 0; b < blocks; ++b) sum += block_sums[r * kMaxSliceBlocks + b];
+    row_sums[r] = sum;
   }
 }
 
@@ -156,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
   constexpr int kTileFrags = staged_words_per_tile(kDoubled) / 4;  // uint4 per staged tile
   __shared__ __align__(16) uint32_t ring[kWarps][ring_words(kBits)];
   extern __shared__ __align__(16) uint32_t staged[];  // staged_bytes(kMBlocks, tiles_per_slice, kDoubled)
-  __shared__ float row_sums[kMul1 ? 16 * kMBlocks : 1];
+  __shared__ float row_sums[kMul1 ? row_sum_words(kMBlocks) : 1];
 
   Ring stream(pr, work, ring[warp], lane);
   const int num_stages = stream.stages_per_tn * work.my_tiles_n;
@@ -173,6 +195,10 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
     if (kLinear && args.norm_x != nullptr) block_norm_scales(args, norm);
     stage_slice<kMBlocks, kLinear, kDoubled, kMul1>(args, pr.suh, work.tk_begin * kTileSize, work.num_tiles, staged,
                                                     row_sums, norm + kMaxNormRows * kWarps);
+    if constexpr (kMul1 && kMBlocks <= kOrderedRowSumMBlocks) {
+      __syncthreads();
+      sum_row_blocks<kMBlocks>(args.m, work.num_tiles, row_sums);
+    }
   }
   __syncthreads();
 

@@ -17,6 +17,17 @@ constexpr int kSliceTiles = 8;                   // k-slices are whole 128-input
 constexpr int kStagedWords = 12288;              // 48 KiB per block: trellis rings + staged A
 constexpr int kMaxTilesPerSlice = 64;
 constexpr int kRowSumWords = 64;                 // MUL1's per-row sums of the staged A
+constexpr int kMaxSliceBlocks = kMaxTilesPerSlice / kSliceTiles;  // 128-input blocks of a slice
+// A block that stages its own slice of A (MUL1, one or two m-blocks) keeps each (row, 128-input
+// block)'s sum and adds a row's in block order, so that its row sums come out the same bits run to
+// run (as the prestaged A's do). Three or four m-blocks (33-64 rows) stage their own slice only
+// without a prestaging scratch (never in the backends) and add the blocks' sums with shared-memory
+// atomics, in whatever order they land.
+constexpr int kOrderedRowSumMBlocks = 2;
+// The MUL1 row sums' shared memory: kRowSumWords, and the blocks' sums where ordered.
+__host__ __device__ constexpr int row_sum_words(int m_blocks) {
+  return kRowSumWords + (m_blocks <= kOrderedRowSumMBlocks ? 16 * m_blocks * kMaxSliceBlocks : 0);
+}
 
 constexpr int kFragmentWords = 4 * kWarpSize;  // one 16x16 tile of A (staged layout: exl3_gemv.cu)
 constexpr int kMaxProblems = 3;                // linears of one input in one launch
@@ -77,7 +88,7 @@ __host__ __device__ constexpr int staged_budget_words(int m_blocks) {
 
 // The largest k-slice whose staged A fits beside the block's rings.
 __host__ __device__ constexpr int max_tiles_per_slice(int bits, int m_blocks, bool doubled) {
-  const int fit = (staged_budget_words(m_blocks) - kRowSumWords - kWarps * ring_words(bits)) /
+  const int fit = (staged_budget_words(m_blocks) - row_sum_words(m_blocks) - kWarps * ring_words(bits)) /
                   (m_blocks * staged_words_per_tile(doubled)) /
                   kSliceTiles * kSliceTiles;
   return fit < kMaxTilesPerSlice ? fit : kMaxTilesPerSlice;
@@ -96,7 +107,6 @@ __host__ __device__ constexpr int staged_bytes(int m_blocks, int tiles, bool dou
 // row) a scale and a scaled Σ q, per row a bias, and the fused RMSNorm's words.
 constexpr int kInt8GroupRows = 8;
 constexpr int kInt8MaxGroups = 4;
-constexpr int kMaxSliceBlocks = kMaxTilesPerSlice / kSliceTiles;
 // The blocks per SM the int8 kernel's registers allow (its launch bounds): 4 for one group of rows,
 // 3 for two, 2 for three or four.
 __host__ __device__ constexpr int int8_blocks_per_sm(int groups) { return groups == 1 ? 4 : groups == 2 ? 3 : 2; }

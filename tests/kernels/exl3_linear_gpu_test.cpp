@@ -327,6 +327,36 @@ TEST_F(Exl3LinearGpuTest, LinearMatchesReferenceForEveryBitsAndCodebook) {
   }
 }
 
+// The few-rows path with room for its k-slices gives the same bits run to run (MUL1's row sums:
+// each 128-input block's sum kept and added in block order, whether a block stages its own slice of
+// A, scratch_a holding only [m, k], or copies the prestaged one from 6 rows): five runs of each
+// call, bit for bit.
+TEST_F(Exl3LinearGpuTest, FewRowsLinearGivesTheSameBitsRunToRun) {
+  const HostLayer layer = random_layer(4096, 1024, 4, Codebook::kMul1, 2500);
+  const DeviceLayer d_layer(layer);
+  std::mt19937 rng(2501);
+  for (const int64_t m : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{17}, int64_t{32}}) {
+    const std::vector<uint16_t> x = normal_halves(static_cast<size_t>(m * 4096), rng);
+    for (const bool prestaged : {false, true}) {
+      LinearCall call;
+      call.m = m;
+      call.in_features = 4096;
+      call.out_features = 1024;
+      call.x = x.data();
+      call.y_f32 = true;
+      call.scratch_rows = 2048;
+      call.scratch_a_rows = prestaged ? 0 : m;
+      const std::vector<float> first = gpu_linear(layer, d_layer, call);
+      for (int run = 1; run < 5; ++run) {
+        const std::vector<float> again = gpu_linear(layer, d_layer, call);
+        ASSERT_EQ(again.size(), first.size());
+        EXPECT_EQ(std::memcmp(again.data(), first.data(), first.size() * sizeof(float)), 0)
+            << "m " << m << (prestaged ? " prestaged" : " own slices") << ", run " << run;
+      }
+    }
+  }
+}
+
 TEST_F(Exl3LinearGpuTest, LinearWithFewerFeaturesThanPadded) {
   // in_features 600 of k = 640 (x rows of odd stride), out_features 333 of n = 384.
   const HostLayer layer = random_layer(640, 384, 3, Codebook::kMcg, 3000);
