@@ -38,11 +38,17 @@ def short(name):
     return out
 
 def main():
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
     path, steps = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 3
     ks = list(rows(path))
     ends = [i for i, (n, _) in enumerate(ks) if re.search(r'(^|::|\s)sample_kernel\b', n)]
     if len(ends) < steps + 1:
         sys.exit(f'{len(ends)} sampler launches, need {steps + 1}')
+    counts = [b - a for a, b in zip(ends[-steps - 1:-1], ends[-steps:])]
+    if len(set(counts)) > 1:
+        sys.exit(f'the last {steps} steps have {counts} launches: not all decode steps of one batch '
+                 '(a prefill among them?); profile more launches')
     per = collections.defaultdict(lambda: [0, 0.0])
     total = 0.0
     for a, b in zip(ends[-steps - 1:-1], ends[-steps:]):
