@@ -218,6 +218,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
   int64_t tn = work.first_tn;
 
   // C fragment: registers 0, 1 at (row group, columns 2·in_group + 0, 1), 2, 3 at row group + 8.
+  const uint64_t keep = l2_evict_last_policy();
   const auto store = [&]() {
 #pragma unroll
     for (int mb = 0; mb < kMBlocks; ++mb) {
@@ -236,7 +237,7 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
           }
           if constexpr (kLinear) {
             float* out = pr.c + (static_cast<int64_t>(blockIdx.y) * args.m + row) * pr.n + col;
-            *reinterpret_cast<float2*>(out) = make_float2(v0, v1);
+            store_with_policy(out, v0, v1, keep);
           } else {
             float* out = pr.c + row * pr.n + col;
             atomicAdd(out, v0);

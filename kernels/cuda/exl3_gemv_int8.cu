@@ -273,6 +273,7 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
   // (and g + 8), advanced n-tile by n-tile (rows past m are never stored).
   float* out = pr.c + (static_cast<int64_t>(blockIdx.y) * args.m + 2 * t) * pr.n + work.first_tn * kTileSize + g;
   const int kZero[4] = {0, 0, 0, 0};
+  const uint64_t keep = l2_evict_last_policy();
 
   // One group of rows has a single chain of dependent products a block (16 at 8 tiles), each
   // waiting for the last; it keeps a second set of sums for the tiles' second products (two chains
@@ -337,8 +338,8 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
       for (int r = 0; r < 2; ++r) {
         if (!stores[grp][r]) continue;
         float* row_out = out + (grp * kInt8GroupRows + r) * pr.n;
-        row_out[0] = acc[grp][r];
-        row_out[8] = acc[grp][2 + r];
+        store_with_policy(row_out, acc[grp][r], keep);
+        store_with_policy(row_out + 8, acc[grp][2 + r], keep);
       }
     }
     start_sums();
