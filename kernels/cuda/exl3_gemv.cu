@@ -57,6 +57,19 @@ constexpr float kMul1Bias = -10.3828125f;         // fp16 0xC931
 // The block's slice of A copied from the problem's prestaged A (launch_gemv_stage: its rows past m
 // are zeros already), and for MUL1 every row's sum over the slice's blocks (in block order). The
 // caller synchronises.
+// MUL1's row sums of a staged slice: each row's sums of its `blocks` 128-input blocks
+// (block_sums[r · row_stride + b]) added in block order into row_sums[r], rows < m of kMBlocks
+// m-blocks; the same order for prestaged and self-staged slices, so the same bits run to run.
+template <int kMBlocks>
+__device__ __forceinline__ void add_row_block_sums(int m, int blocks, const float* block_sums, int64_t row_stride,
+                                                   float* row_sums) {
+  for (int r = static_cast<int>(threadIdx.x); r < m && r < 16 * kMBlocks; r += kThreads) {
+    float sum = 0.0f;
+    for (int b = 0; b < blocks; ++b) sum += block_sums[r * row_stride + b];
+    row_sums[r] = sum;
+  }
+}
+
 template <int kMBlocks, bool kDoubled, bool kRowSums>
 __device__ __forceinline__ void copy_prestaged_slice(const GemvArgs& args, const GemvProblem& pr, int64_t tk0,
                                                      int num_tiles, uint32_t* staged, float* row_sums) {
@@ -85,19 +98,15 @@ __device__ __forceinline__ void copy_prestaged_slice(const GemvArgs& args, const
   if constexpr (kRowSums) {
     const int64_t k_blocks = args.k / wht128::kBlock;
     const int64_t block0 = tk0 * kTileSize / wht128::kBlock;
-    const int blocks = num_tiles * kTileSize / wht128::kBlock;
-    for (int r = static_cast<int>(threadIdx.x); r < args.m && r < 16 * kMBlocks; r += kThreads) {
-      float sum = 0.0f;
-      for (int b = 0; b < blocks; ++b) sum += pr.prestaged_sums[r * k_blocks + block0 + b];
-      row_sums[r] = sum;
-    }
+    add_row_block_sums<kMBlocks>(args.m, num_tiles * kTileSize / wht128::kBlock, pr.prestaged_sums + block0, k_blocks,
+                                 row_sums);
   }
 }
 
 // Stages the block's slice of A (zeros first, then rows < m; the caller synchronises) and, for
 // MUL1, every row's sum of the staged values: with at most kOrderedRowSumMBlocks m-blocks each
-// (row, 128-input block)'s sum into block_sums (row_sums + 16 · kMBlocks, kMaxSliceBlocks a row),
-// which sum_row_blocks then adds in block order; with more, added into row_sums with atomics.
+// (row, 128-input block)'s sum into row_sums + 16 · kMBlocks (kMaxSliceBlocks a row), added in
+// block order after one more barrier (add_row_block_sums); with more, into row_sums with atomics.
 // Linear: A = fp16(had128(fp16(x ⊙ suh)) / sqrt(128)), inputs >= in_features as zero, one warp
 // per (row, 128-input block), as exl3_input_transform_kernel. Bare: A copied.
 template <int kMBlocks, bool kLinear, bool kDoubled, bool kRowSums>
@@ -135,18 +144,9 @@ __device__ __forceinline__ void stage_slice(const GemvArgs& args, const __half* 
       }
     }
   }
-}
-
-// stage_slice's row sums, where ordered: each row's block sums added in block order (as
-// copy_prestaged_slice adds the prestaged ones). The caller synchronises before and after.
-template <int kMBlocks>
-__device__ __forceinline__ void sum_row_blocks(int m, int num_tiles, float* row_sums) {
-  const int blocks = num_tiles * kTileSize / wht128::kBlock;
-  const float* block_sums = row_sums + 16 * kMBlocks;
-  for (int r = static_cast<int>(threadIdx.x); r < m && r < 16 * kMBlocks; r += kThreads) {
-    float sum = 0.0f;
-    for (int b = 0; b < blocks; ++b) sum += block_sums[r * kMaxSliceBlocks + b];
-    row_sums[r] = sum;
+  if constexpr (kRowSums && kOrdered) {
+    __syncthreads();
+    add_row_block_sums<kMBlocks>(args.m, blocks, row_sums + 16 * kMBlocks, kMaxSliceBlocks, row_sums);
   }
 }
 
@@ -195,10 +195,6 @@ __global__ void __launch_bounds__(kThreads, blocks_per_sm(kMBlocks)) exl3_gemv_k
     if (kLinear && args.norm_x != nullptr) block_norm_scales(args, norm);
     stage_slice<kMBlocks, kLinear, kDoubled, kMul1>(args, pr.suh, work.tk_begin * kTileSize, work.num_tiles, staged,
                                                     row_sums, norm + kMaxNormRows * kWarps);
-    if constexpr (kMul1 && kMBlocks <= kOrderedRowSumMBlocks) {
-      __syncthreads();
-      sum_row_blocks<kMBlocks>(args.m, work.num_tiles, row_sums);
-    }
   }
   __syncthreads();
 
