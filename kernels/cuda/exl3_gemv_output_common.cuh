@@ -17,7 +17,7 @@ namespace exl3::gemv_output {
 
 // Σ slices of the lane's 4 columns col0 .. col0 + 3 of `row`, over this warp's share of the slices
 // (several loads in flight: the partials sit in L2, and one at a time would pay its latency once
-// per slice).
+// per slice), each read as its last use (they were stored under evict-last).
 __device__ __forceinline__ float4 slice_sum(const GemvOutput& o, int64_t m, int64_t slices, int64_t row, int64_t col0,
                                             int group, int groups) {
   constexpr int kInFlight = 4;
@@ -29,7 +29,8 @@ __device__ __forceinline__ float4 slice_sum(const GemvOutput& o, int64_t m, int6
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) {
       const int64_t s = s0 + int64_t{i} * groups;
-      part[i] = s < slices ? *reinterpret_cast<const float4*>(c + s * stride) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      part[i] = s < slices ? __ldlu(reinterpret_cast<const float4*>(c + s * stride))
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
 #pragma unroll
     for (int i = 0; i < kInFlight; ++i) {
