@@ -65,9 +65,35 @@ HandoffShape handoff_shape(int64_t m, int64_t n, int64_t slices) {
   return s;
 }
 
-__device__ __forceinline__ void cluster_barrier() {
+// The cluster's barrier, after which every block's shared memory written before it is visible to
+// the cluster. The release and acquire are restricted to shared memory: a plain release
+// (barrier.cluster.arrive.release) compiles to MEMBAR.ALL.GPU, which waits for the block's global
+// stores (the residual) to reach L2 first; the restricted fence is a MEMBAR.ALL.CTA.
+__device__ __forceinline__ void cluster_sync_shared() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+  asm volatile(
+      "fence.release.sync_restrict::shared::cta.cluster;\n\t"
+      "barrier.cluster.arrive.relaxed.aligned;\n\t"
+      "barrier.cluster.wait.aligned;\n\t"
+      "fence.acquire.sync_restrict::shared::cluster.cluster;" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
+// The block's arrival at the cluster's exit barrier, once `used` (a value read from another
+// block's shared memory) is in hand: no ordering of memory, only that the read is done, which the
+// operand makes the arrival wait for. cluster_exit_wait() before the block leaves.
+__device__ __forceinline__ void cluster_exit_arrive(float used) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.relaxed.aligned; // %0" ::"f"(used) : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void cluster_exit_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.wait.aligned;" ::: "memory");
 #else
   __trap();
 #endif
@@ -160,9 +186,12 @@ __global__ void __launch_bounds__(kThreads)
     for (int i = 0; i < outputs; ++i) sum += squares[i];
     block_squares = sum;
   }
-  cluster_barrier();
+  cluster_sync_shared();
   float total = 0.0f;
   for (int r = 0; r < cluster; ++r) total += cluster_load(&block_squares, static_cast<uint32_t>(r));
+  // No block leaves while another may still read its block_squares: every block arrives once its
+  // reads are done and waits at its end.
+  cluster_exit_arrive(total);
   const float scale = 1.0f / sqrtf(total / static_cast<float>(o.n) + hf.eps);
 
   __half h[wht128::kPerLane];  // rms_norm's output, as the matmul's fused norm rounds it
@@ -179,8 +208,7 @@ __global__ void __launch_bounds__(kThreads)
     stage_input_block<kInt8, kDoubled>(hf.layout, consumer_staged(hf, consumer), args.m, o.n, row, block, lane, h,
                                        suh);
   }
-  // No block leaves while another may still read its block_squares.
-  cluster_barrier();
+  cluster_exit_wait();
 }
 
 template <bool kInt8, bool kDoubled>
