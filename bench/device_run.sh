@@ -1,0 +1,79 @@
+# The steps the device runs' scripts (bench/results/*/runN.sh) share, sourced by them: each run
+# writes one summary line per step to $OUT/summary.txt and its logs under $OUT/r, packed into
+# $OUT/results.tar.xz at the end. Binaries come from the bundle (/tmp/g/bin: exl3-bench-VARIANT and
+# the *_gpu_test binaries); models are made once per machine under /tmp. Every step has a timeout.
+#   . bench/device_run.sh
+#   device_begin
+#   device_gpu_tests exl3_linear_gpu_test backend_ops_gpu_test llama_model_gpu_test
+#   device_model_rounds 4 "main branch" 8b "1,4,32" 48
+#   device_end
+
+B=/tmp/g/bin
+S=$OUT/summary.txt
+R=$OUT/r
+
+# The GPU, clock and driver into the summary; the test binaries' environment.
+device_begin() {
+  mkdir -p "$R" /tmp/work
+  nvidia-smi --query-gpu=name,clocks.max.sm,driver_version --format=csv,noheader >> "$S"
+  export EXL3_TEST_SOURCE_DIR=$PWD EXL3_TEST_WORK_DIR=/tmp/work
+}
+
+# Each named *_gpu_test binary, its gtest verdict and the first failures. llama_model_gpu_test
+# skips the cases whose fixtures stay in ../shared (they do not travel).
+device_gpu_tests() {
+  local t filter
+  for t in "$@"; do
+    filter=()
+    [[ $t == llama_model_gpu_test ]] && filter=(--gtest_filter=-*HfBf16*:*Perplexity*TwoPointFive*)
+    timeout 200 "$B/$t" "${filter[@]}" > "$R/$t.log" 2>&1
+    echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$R/$t.log" | tr '\n' ' ') at $SECONDS s" >> "$S"
+  done
+  grep -h -B2 -A8 "Failure" "$R"/*_gpu_test.log 2>/dev/null | head -60 >> "$S"
+}
+
+# The synthetic model of `shape` (8b or 70b: llama-3.1-8b / -70b) at /tmp/m<shape>, made once.
+device_model() {
+  local dir=/tmp/m$1
+  if [[ ! -d $dir ]]; then
+    timeout 300 "$B/exl3-bench-main" make-model --shape "llama-3.1-$1" --out "$dir" > "$R/make-$1.log" 2>&1
+    echo "make $1 rc $? at $SECONDS s" >> "$S"
+  fi
+}
+
+# `rounds` alternating rounds of exl3-bench model (int8 auto, 128-token prompts) for each variant:
+# device_model_rounds ROUNDS "VARIANTS" SHAPE BATCHES STEPS; one line of tokens/s per batch.
+device_model_rounds() {
+  local rounds=$1 variants=$2 shape=$3 batches=$4 steps=$5 r v log
+  device_model "$shape"
+  for ((r = 1; r <= rounds; ++r)); do
+    for v in $variants; do
+      log=$R/m$shape-$v-$r.log
+      timeout 120 "$B/exl3-bench-$v" model --model "/tmp/m$shape" --backend cuda --prefill 128 --prefill-repeats 1 \
+        --batch "$batches" --decode-steps "$steps" --int8-activations auto > "$log" 2>&1
+      echo "$shape auto $v r$r rc $?: $(grep -E 'decode batch' "$log" | awk '{print $(NF-1)}' | tr '\n' ' ')" >> "$S"
+    done
+  done
+}
+
+# Where a decode step's kernel time goes (Nsight Compute, every launch, step graphs off, real
+# clocks): device_step_breakdown VARIANT SHAPE BATCH, summed over the last 3 of 4 steps by
+# bench/ncu_step_breakdown.py.
+device_step_breakdown() {
+  local v=$1 shape=$2 batch=$3 csv=$R/ncu-$1-$2-b$3.csv
+  device_model "$shape"
+  timeout 300 /usr/local/cuda/bin/ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+    --launch-count 40000 "$B/exl3-bench-$v" model --model "/tmp/m$shape" --backend cuda --prefill 16 \
+    --prefill-repeats 1 --batch "$batch" --decode-steps 4 --warmup 1 --step-graphs off --int8-activations auto \
+    > "$csv" 2> "${csv%.csv}.log"
+  echo "ncu $v $shape b$batch rc $? $(wc -l < "$csv") lines at $SECONDS s" >> "$S"
+  python3 bench/ncu_step_breakdown.py "$csv" 3 >> "$S" 2>&1
+  xz -9 "$csv"
+}
+
+# The summary into the logs, the logs packed, the summary printed.
+device_end() {
+  cp "$S" "$R/"
+  tar -C "$OUT" -cJf "$OUT/results.tar.xz" r && rm -rf "$R"
+  cat "$S"
+}
