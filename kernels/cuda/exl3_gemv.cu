@@ -54,9 +54,6 @@ static_assert(kGemvNormMaxRows == kMaxNormRows && kGemvNormMaxRows < kGemvPresta
 constexpr float kMul1Inv = 0.00676727294921875f;  // fp16 0x1EEE
 constexpr float kMul1Bias = -10.3828125f;         // fp16 0xC931
 
-// The block's slice of A copied from the problem's prestaged A (launch_gemv_stage: its rows past m
-// are zeros already), and for MUL1 every row's sum over the slice's blocks (in block order). The
-// caller synchronises.
 // MUL1's row sums of a staged slice: each row's sums of its `blocks` 128-input blocks
 // (block_sums[r · row_stride + b]) added in block order into row_sums[r], rows < m of kMBlocks
 // m-blocks; the same order for prestaged and self-staged slices, so the same bits run to run.
@@ -70,6 +67,9 @@ __device__ __forceinline__ void add_row_block_sums(int m, int blocks, const floa
   }
 }
 
+// The block's slice of A copied from the problem's prestaged A (launch_gemv_stage: its rows past m
+// are zeros already), and for MUL1 every row's sum over the slice's blocks (in block order). The
+// caller synchronises.
 template <int kMBlocks, bool kDoubled, bool kRowSums>
 __device__ __forceinline__ void copy_prestaged_slice(const GemvArgs& args, const GemvProblem& pr, int64_t tk0,
                                                      int num_tiles, uint32_t* staged, float* row_sums) {
