@@ -147,14 +147,16 @@ __device__ __forceinline__ void copy_prestaged_slice_int8(const GemvArgs& args, 
   }
 }
 
-// Each row's bias over the slice's blocks (in block order), from the side tables; the caller
-// synchronises before and after.
+// A row's bias over the slice's blocks (in block order), from the side tables.
+__device__ __forceinline__ float row_bias(int row, int blocks, const Int8Smem& sm) {
+  float sum = 0.0f;
+  for (int b = 0; b < blocks; ++b) sum += sm.qsum[side_index(row, b)];
+  return kMul1Offset * sum;
+}
+
+// Each row's bias into sm.row_bias; the caller synchronises before and after.
 __device__ __forceinline__ void sum_row_biases(int m, int blocks, const Int8Smem& sm) {
-  for (int r = static_cast<int>(threadIdx.x); r < m; r += kThreads) {
-    float sum = 0.0f;
-    for (int b = 0; b < blocks; ++b) sum += sm.qsum[side_index(r, b)];
-    sm.row_bias[r] = kMul1Offset * sum;
-  }
+  for (int r = static_cast<int>(threadIdx.x); r < m; r += kThreads) sm.row_bias[r] = row_bias(r, blocks, sm);
 }
 
 __device__ __forceinline__ uint32_t shared_address(const void* p) {
@@ -164,6 +166,12 @@ __device__ __forceinline__ uint32_t shared_address(const void* p) {
 __device__ __forceinline__ uint4 lds128(uint32_t address) {
   uint4 v;
   asm volatile("ld.shared.v4.u32 {%0,%1,%2,%3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(address));
+  return v;
+}
+
+__device__ __forceinline__ float ld_shared_f32(uint32_t address) {
+  float v;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address));
   return v;
 }
 
@@ -185,9 +193,13 @@ template <int kBits>
 using Int8Ring = TrellisRing<kBits, kSliceTiles, int8_ring_slots(kBits)>;
 
 // kPrestaged: the problems' q is prestaged (GemvProblem::prestaged; its own instance, so that the
-// few-rows instances keep the registers of one prologue).
-template <int kBits, int kGroups, bool kPrestaged>
+// few-rows instances keep the registers of one prologue). kOneRow: m is 1, so of each C fragment
+// only the even rows' sums (2t: registers 0 and 2) are real and the odd ones are neither added,
+// scaled nor stored (6 of a 128-input stage's ~230 instructions), and the lanes that store the
+// row sum its bias themselves (docs/backend.md, "The int8 GEMV at one row").
+template <int kBits, int kGroups, bool kPrestaged, bool kOneRow>
 __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_gemv_int8_kernel(GemvArgs args) {
+  static_assert(!kOneRow || kGroups == 1);
   using Ring = Int8Ring<kBits>;
   constexpr int kWords = Ring::kWords;
   static_assert(Ring::kRingWords == int8_ring_words(kBits));
@@ -229,8 +241,12 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
                               norm + kMaxNormRows * kWarps);
   }
   __syncthreads();
-  sum_row_biases(args.m, work.num_tiles / kSliceTiles, sm);
-  __syncthreads();
+  // One row: the lanes that store it sum its bias themselves, no second barrier. More rows: one
+  // thread a row, then a barrier (every lane summing its own rows measured slower at 2-4 rows).
+  if constexpr (!kOneRow) {
+    sum_row_biases(args.m, work.num_tiles / kSliceTiles, sm);
+    __syncthreads();
+  }
 
   const trellis::LaneWindow window = trellis::lane_window<kBits>(lane);
   const uint32_t* win0 = ring + window.word0;
@@ -257,7 +273,11 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
     for (int r = 0; r < 2; ++r) {
       const int row = grp * kInt8GroupRows + 2 * t + r;
       stores[grp][r] = row < args.m;
-      bias[grp][r] = stores[grp][r] ? sm.row_bias[row] : 0.0f;
+      if (!stores[grp][r]) {
+        bias[grp][r] = 0.0f;
+      } else {
+        bias[grp][r] = kOneRow ? row_bias(row, work.num_tiles / kSliceTiles, sm) : sm.row_bias[row];
+      }
     }
   }
   float acc[kGroups][4];  // scaled sums of the slice; C fragment: 0, 1 at (column g, rows 2t, 2t + 1), 2, 3 at g + 8
@@ -320,22 +340,31 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
     }
     if constexpr (kTwoChains) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) sums[0][e] += sums_high[e];
+      for (int e = 0; e < 4; ++e) {
+        if (!kOneRow || e % 2 == 0) sums[0][e] += sums_high[e];
+      }
     }
 #pragma unroll
     for (int grp = 0; grp < kGroups; ++grp) {
-      const float2 s = lds64f(lane_scales + static_cast<uint32_t>((grp * kMaxSliceBlocks + block) * kInt8GroupRows * 4));
-      acc[grp][0] = fmaf(s.x, static_cast<float>(sums[grp][0]), acc[grp][0]);
-      acc[grp][1] = fmaf(s.y, static_cast<float>(sums[grp][1]), acc[grp][1]);
-      acc[grp][2] = fmaf(s.x, static_cast<float>(sums[grp][2]), acc[grp][2]);
-      acc[grp][3] = fmaf(s.y, static_cast<float>(sums[grp][3]), acc[grp][3]);
+      const uint32_t scales = lane_scales + static_cast<uint32_t>((grp * kMaxSliceBlocks + block) * kInt8GroupRows * 4);
+      if constexpr (kOneRow) {
+        const float s = ld_shared_f32(scales);
+        acc[grp][0] = fmaf(s, static_cast<float>(sums[grp][0]), acc[grp][0]);
+        acc[grp][2] = fmaf(s, static_cast<float>(sums[grp][2]), acc[grp][2]);
+      } else {
+        const float2 s = lds64f(scales);
+        acc[grp][0] = fmaf(s.x, static_cast<float>(sums[grp][0]), acc[grp][0]);
+        acc[grp][1] = fmaf(s.y, static_cast<float>(sums[grp][1]), acc[grp][1]);
+        acc[grp][2] = fmaf(s.x, static_cast<float>(sums[grp][2]), acc[grp][2]);
+        acc[grp][3] = fmaf(s.y, static_cast<float>(sums[grp][3]), acc[grp][3]);
+      }
     }
   };
   const auto end_tn = [&]() {
 #pragma unroll
     for (int grp = 0; grp < kGroups; ++grp) {
 #pragma unroll
-      for (int r = 0; r < 2; ++r) {
+      for (int r = 0; r < (kOneRow ? 1 : 2); ++r) {
         if (!stores[grp][r]) continue;
         float* row_out = out + (grp * kInt8GroupRows + r) * pr.n;
         store_with_policy(row_out, acc[grp][r], keep);
@@ -350,15 +379,25 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
 
 // The kernel for m rows at K = kBits, with the most dynamic shared memory any launch of it takes
 // allowed (above 48 KiB it must be opted into, once per device).
-template <int kBits, int kGroups, bool kPrestaged>
+template <int kBits, int kGroups, bool kPrestaged, bool kOneRow = false>
 void launch_instance(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
-  constexpr auto kernel = exl3_gemv_int8_kernel<kBits, kGroups, kPrestaged>;
+  constexpr auto kernel = exl3_gemv_int8_kernel<kBits, kGroups, kPrestaged, kOneRow>;
   allow_shared_bytes<kernel>(static_cast<size_t>(int8_smem_cap_words(kGroups) - kWarps * int8_ring_words(kBits)) * 4);
   launch_dependent_smem(kernel, grid, kThreads, smem_bytes, stream, args);
 }
 
 template <int kBits, int kGroups>
 void launch_groups(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
+  if constexpr (kGroups == 1) {
+    if (args.m == 1) {
+      if (args.problem[0].prestaged != nullptr) {
+        launch_instance<kBits, 1, true, true>(args, grid, smem_bytes, stream);
+      } else {
+        launch_instance<kBits, 1, false, true>(args, grid, smem_bytes, stream);
+      }
+      return;
+    }
+  }
   if (args.problem[0].prestaged != nullptr) {
     launch_instance<kBits, kGroups, true>(args, grid, smem_bytes, stream);
   } else {
