@@ -169,7 +169,7 @@ __device__ __forceinline__ uint4 lds128(uint32_t address) {
   return v;
 }
 
-__device__ __forceinline__ float ld_shared_f32(uint32_t address) {
+__device__ __forceinline__ float lds32f(uint32_t address) {
   float v;
   asm volatile("ld.shared.f32 %0, [%1];" : "=f"(v) : "r"(address));
   return v;
@@ -348,7 +348,7 @@ __global__ void __launch_bounds__(kThreads, int8_blocks_per_sm(kGroups)) exl3_ge
     for (int grp = 0; grp < kGroups; ++grp) {
       const uint32_t scales = lane_scales + static_cast<uint32_t>((grp * kMaxSliceBlocks + block) * kInt8GroupRows * 4);
       if constexpr (kOneRow) {
-        const float s = ld_shared_f32(scales);
+        const float s = lds32f(scales);
         acc[grp][0] = fmaf(s, static_cast<float>(sums[grp][0]), acc[grp][0]);
         acc[grp][2] = fmaf(s, static_cast<float>(sums[grp][2]), acc[grp][2]);
       } else {
