@@ -386,22 +386,12 @@ void launch_instance(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStr
   launch_dependent_smem(kernel, grid, kThreads, smem_bytes, stream, args);
 }
 
-template <int kBits, int kGroups>
+template <int kBits, int kGroups, bool kOneRow = false>
 void launch_groups(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
-  if constexpr (kGroups == 1) {
-    if (args.m == 1) {
-      if (args.problem[0].prestaged != nullptr) {
-        launch_instance<kBits, 1, true, true>(args, grid, smem_bytes, stream);
-      } else {
-        launch_instance<kBits, 1, false, true>(args, grid, smem_bytes, stream);
-      }
-      return;
-    }
-  }
   if (args.problem[0].prestaged != nullptr) {
-    launch_instance<kBits, kGroups, true>(args, grid, smem_bytes, stream);
+    launch_instance<kBits, kGroups, true, kOneRow>(args, grid, smem_bytes, stream);
   } else {
-    launch_instance<kBits, kGroups, false>(args, grid, smem_bytes, stream);
+    launch_instance<kBits, kGroups, false, kOneRow>(args, grid, smem_bytes, stream);
   }
 }
 
@@ -409,7 +399,11 @@ template <int kBits>
 void launch_bits(const GemvArgs& args, dim3 grid, size_t smem_bytes, cudaStream_t stream) {
   switch (int8_groups_of(args.m)) {
     case 1:
-      launch_groups<kBits, 1>(args, grid, smem_bytes, stream);
+      if (args.m == 1) {
+        launch_groups<kBits, 1, true>(args, grid, smem_bytes, stream);
+      } else {
+        launch_groups<kBits, 1>(args, grid, smem_bytes, stream);
+      }
       break;
     case 2:
       launch_groups<kBits, 2>(args, grid, smem_bytes, stream);
