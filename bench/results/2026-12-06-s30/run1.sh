@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Session 30, run 1: main (d7d03be) on whatever one GPU comes: the GPU tests of the int8 one-row
 # dispatch (not rerun after d7d03be), then session 29's run-h200-targets.sh split in two calls:
-# here the linears at one row (K = 2..8) and the 8B decode rounds; run 2 the 70B.
+# here the linears at one row (K = 2..8) and the 8B decode rounds; run 2 the 70B. Then what the
+# batch-1 output passes cost in the step as it runs (graphs, dependent launches): branch
+# s30-output-cost built with the pass skipped at one row (skip: the outputs go unwritten, a timing
+# only) and with an empty pass of the same grid (empty: the launch boundary alone).
 set -u
 . bench/device_run.sh
 device_begin
@@ -20,4 +23,5 @@ for r in 1 2; do
     echo "model 8b $i8 r$r rc $? at $SECONDS s" >> $S; grep -E '^\| [0-9]+ \| [0-9]+ \|' $R/model-8b-$i8-$r.md | sed "s/^/  $i8 /" >> $S
   done
 done
+device_model_rounds 4 "main skip empty" 8b 1 64
 device_end
