@@ -1,14 +1,11 @@
 #!/usr/bin/env bash
-# Session 30, run 2 (same machine as run 1): the 70B at batch 1 and 32 (int8 auto), two rounds.
+# Session 30, run 2: branch s30-own-output (own: the one-row int8 linears finish their own outputs,
+# no output launch) against main (d7d03be): the GPU tests of own's build, then alternating rounds
+# of the 8B at batch 1 and 4 (three) and the 70B at batch 1 (two), int8 auto.
 set -u
 . bench/device_run.sh
 device_begin
-V=main
-device_model 70b
-for r in 1 2; do
-  log=$R/model-70b-auto-$r.log
-  timeout 150 $B/exl3-bench-$V model --model /tmp/m70b --backend cuda --prefill 128 --prefill-repeats 1 --batch 1,32 \
-    --decode-steps 16 --int8-activations auto --json $R/model-70b-auto-$r.json --markdown $R/model-70b-auto-$r.md > $log 2>&1
-  echo "model 70b auto r$r rc $? at $SECONDS s" >> $S; grep -E '^\| [0-9]+ \| [0-9]+ \|' $R/model-70b-auto-$r.md | sed "s/^/  auto /" >> $S
-done
+device_gpu_tests exl3_gemv_int8_gpu_test exl3_linear_gpu_test backend_ops_gpu_test step_graph_gpu_test llama_model_gpu_test
+device_model_rounds 3 "main own" 8b "1,4" 64
+device_model_rounds 2 "main own" 70b 1 32
 device_end
