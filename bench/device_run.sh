@@ -20,13 +20,13 @@ device_begin() {
   export EXL3_TEST_SOURCE_DIR=$PWD EXL3_TEST_WORK_DIR=/tmp/work
 }
 
-# Each named *_gpu_test binary, its gtest verdict and the first failures. llama_model_gpu_test
+# Each named *_gpu_test binary (a variant suffix allowed), its gtest verdict and the first failures. llama_model_gpu_test
 # skips the cases whose fixtures stay in ../shared (they do not travel).
 device_gpu_tests() {
   local t filter
   for t in "$@"; do
     filter=()
-    [[ $t == llama_model_gpu_test ]] && filter=(--gtest_filter=-*HfBf16*:*Perplexity*TwoPointFive*)
+    [[ $t == llama_model_gpu_test* ]] && filter=(--gtest_filter=-*HfBf16*:*Perplexity*TwoPointFive*)
     timeout 200 "$B/$t" "${filter[@]}" > "$R/$t.log" 2>&1
     echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$R/$t.log" | tr '\n' ' ') at $SECONDS s" >> "$S"
   done
