@@ -20,8 +20,9 @@ device_begin() {
   export EXL3_TEST_SOURCE_DIR=$PWD EXL3_TEST_WORK_DIR=/tmp/work
 }
 
-# Each named *_gpu_test binary (a variant suffix allowed), its gtest verdict and the first failures. llama_model_gpu_test
-# skips the cases whose fixtures stay in ../shared (they do not travel).
+# Each named *_gpu_test binary (a variant suffix allowed), its gtest verdict and the first
+# failures. llama_model_gpu_test skips the cases whose fixtures stay in ../shared (they do not
+# travel).
 device_gpu_tests() {
   local t filter
   for t in "$@"; do
@@ -30,7 +31,7 @@ device_gpu_tests() {
     timeout 200 "$B/$t" "${filter[@]}" > "$R/$t.log" 2>&1
     echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$R/$t.log" | tr '\n' ' ') at $SECONDS s" >> "$S"
   done
-  grep -h -B2 -A8 "Failure" "$R"/*_gpu_test.log 2>/dev/null | head -60 >> "$S"
+  grep -h -B2 -A8 "Failure" "$R"/*_gpu_test*.log 2>/dev/null | head -60 >> "$S"
 }
 
 # The synthetic model of `shape` (8b or 70b: llama-3.1-8b / -70b) at /tmp/m<shape>, made once.
