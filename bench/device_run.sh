@@ -7,6 +7,7 @@
 #   device_begin
 #   device_gpu_tests exl3_linear_gpu_test backend_ops_gpu_test llama_model_gpu_test
 #   device_model_rounds 4 "main branch" 8b "1,4,32" 48
+#   device_target_8b main 2
 #   device_end
 
 B=/tmp/g/bin
@@ -55,6 +56,47 @@ device_model_rounds() {
         --batch "$batches" --decode-steps "$steps" --int8-activations auto > "$log" 2>&1
       echo "$shape auto $v r$r rc $?: $(grep -E 'decode batch' "$log" | awk '{print $(NF-1)}' | tr '\n' ' ')" >> "$S"
     done
+  done
+}
+
+# Targets 1-3 of one build (exl3-bench-VARIANT) in the commands of session 22's target part:
+# device_target_linears VARIANT: the linears at one row, K = 2..8 (70B matrices, int8 and fp16
+# activations); device_target_8b VARIANT ROUNDS: the 8B decode with int8 auto (batch 1, 4, 8) and
+# off (1-64); device_target_70b VARIANT ROUNDS: the 70B at batch 1 and 32 (auto).
+device_target_linears() {
+  local v=$1
+  timeout 150 "$B/exl3-bench-$v" gemv --codebooks mul1 --bits 2,3,4,5,6,7,8 --rows 1 --no-check --linear-bits 0 \
+    --int8 --json "$R/gemv.json" --markdown "$R/gemv.md" > "$R/gemv.log" 2>&1
+  echo "gemv rc $? at $SECONDS s" >> "$S"
+  grep -E "linear-int8|linear-f16" "$R/gemv.md" | head -60 >> "$S"
+}
+
+device_target_8b() {
+  local v=$1 rounds=$2 r i8 batches log
+  device_model 8b
+  for ((r = 1; r <= rounds; ++r)); do
+    for i8 in auto off; do
+      batches=1,4,8; [[ $i8 == off ]] && batches=1,4,16,32,64
+      log=$R/model-8b-$i8-$r.log
+      timeout 120 "$B/exl3-bench-$v" model --model /tmp/m8b --backend cuda --prefill 128 --prefill-repeats 1 \
+        --batch "$batches" --decode-steps 32 --int8-activations "$i8" --json "$R/model-8b-$i8-$r.json" \
+        --markdown "$R/model-8b-$i8-$r.md" > "$log" 2>&1
+      echo "model 8b $i8 r$r rc $? at $SECONDS s" >> "$S"
+      grep -E '^\| [0-9]+ \| [0-9]+ \|' "$R/model-8b-$i8-$r.md" | sed "s/^/  $i8 /" >> "$S"
+    done
+  done
+}
+
+device_target_70b() {
+  local v=$1 rounds=$2 r log
+  device_model 70b
+  for ((r = 1; r <= rounds; ++r)); do
+    log=$R/model-70b-auto-$r.log
+    timeout 150 "$B/exl3-bench-$v" model --model /tmp/m70b --backend cuda --prefill 128 --prefill-repeats 1 \
+      --batch 1,32 --decode-steps 16 --int8-activations auto --json "$R/model-70b-auto-$r.json" \
+      --markdown "$R/model-70b-auto-$r.md" > "$log" 2>&1
+    echo "model 70b auto r$r rc $? at $SECONDS s" >> "$S"
+    grep -E '^\| [0-9]+ \| [0-9]+ \|' "$R/model-70b-auto-$r.md" | sed "s/^/  auto /" >> "$S"
   done
 }
 
