@@ -14,5 +14,4 @@ done
 device_model_rounds 3 "main own ownblk" 8b "1,4" 64
 device_model_rounds 2 "main own ownblk" 70b 1 32
 device_step_breakdown ownblk 8b 1
-device_step_breakdown own 8b 1
 device_end
