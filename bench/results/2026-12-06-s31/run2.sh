@@ -9,7 +9,7 @@ device_begin
 device_model 8b
 for v in main ownblk own; do
   timeout 150 /usr/local/cuda/bin/ncu --clock-control none --kernel-name-base demangled \
-    --kernel-name "regex:exl3_gemv_int8_kernel<4, 1, 0, 1>" --launch-skip 300 --launch-count 2 --set full \
+    --kernel-name "regex:exl3_gemv_int8_kernel<\\(int\\)4, \\(int\\)1, \\(bool\\)0, \\(bool\\)1>" --launch-skip 300 --launch-count 2 --set full \
     "$B/exl3-bench-$v" model --model /tmp/m8b --backend cuda --prefill 16 --prefill-repeats 1 --batch 1 \
     --decode-steps 8 --warmup 1 --step-graphs off --int8-activations auto > "$R/ncu-full-$v.txt" 2>&1
   echo "ncu full $v rc $? at $SECONDS s" >> "$S"
