@@ -100,6 +100,24 @@ device_target_70b() {
   done
 }
 
+# Nsight Compute's full sections for two one-row K=4 int8 launches (exl3_gemv_int8_kernel<4, 1,
+# 0, 1>: a decode step's q/k/v and o, past the prefill's and the warm-up's) of the 8B at batch 1:
+# device_one_row_sections VARIANT, the report in $R/ncu-full-VARIANT.txt, its main lines in the
+# summary.
+device_one_row_sections() {
+  local v=$1 report=$R/ncu-full-$1.txt
+  device_model 8b
+  timeout 150 /usr/local/cuda/bin/ncu --clock-control none --kernel-name-base demangled \
+    --kernel-name "regex:exl3_gemv_int8_kernel<\\(int\\)4, \\(int\\)1, \\(bool\\)0, \\(bool\\)1>" \
+    --launch-skip 300 --launch-count 2 --set full "$B/exl3-bench-$v" model --model /tmp/m8b --backend cuda \
+    --prefill 16 --prefill-repeats 1 --batch 1 --decode-steps 8 --warmup 1 --step-graphs off \
+    --int8-activations auto > "$report" 2>&1
+  echo "ncu full $v rc $? at $SECONDS s" >> "$S"
+  grep -E "Duration|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit|Memory Throughput|Local Memory|\
+Stack Size|Waves Per SM|Grid Size|Dynamic Shared|Executed Ipc A|Issue Slots Busy|No Eligible|Warp Cycles Per Issued|\
+L2 Compression Input" "$report" | head -44 >> "$S"
+}
+
 # Where a decode step's kernel time goes (Nsight Compute, every launch, step graphs off, real
 # clocks): device_step_breakdown VARIANT SHAPE BATCH, summed over the last 3 of 4 steps by
 # bench/ncu_step_breakdown.py.
