@@ -52,16 +52,10 @@ NcclOptions rank_nccl_options(const RankNcclOptions& options, Backend& backend) 
 
 bool worker_has_cuda() { return true; }
 
-absl::StatusOr<DeviceFacts> cuda_device_facts(int device) {
-  int count = 0;
-  if (const cudaError_t err = cudaGetDeviceCount(&count); err != cudaSuccess) {
-    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
-    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device (CUDA_VISIBLE_DEVICES=",
-                                                      visible == nullptr ? "<unset>" : visible, "): ",
-                                                      cudaGetErrorName(err), ": ", cudaGetErrorString(err)));
-  }
-  if (device < 0 || device >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " does not exist (", count, " visible)"));
+absl::StatusOr<DeviceFacts> cuda_device_facts(int device, const std::string& cuda_visible_devices) {
+  if (const absl::Status present = check_cuda_device(device); !present.ok()) {
+    return absl::Status(present.code(),
+                        absl::StrCat(present.message(), " (CUDA_VISIBLE_DEVICES=", cuda_visible_devices, ")"));
   }
   if (const cudaError_t err = cudaSetDevice(device); err != cudaSuccess) return cuda_error(err, device, "cudaSetDevice");
   cudaDeviceProp prop{};
@@ -118,7 +112,7 @@ MeasuredDeviceMemory measure_cuda_memory(Backend& backend) {
 
 bool worker_has_cuda() { return false; }
 
-absl::StatusOr<DeviceFacts> cuda_device_facts(int) { return absl::FailedPreconditionError(kNoCudaMessage); }
+absl::StatusOr<DeviceFacts> cuda_device_facts(int, const std::string&) { return absl::FailedPreconditionError(kNoCudaMessage); }
 
 absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int, int, uint64_t, Int8Activations) {
   return absl::FailedPreconditionError(kNoCudaMessage);

@@ -33,8 +33,10 @@ struct DeviceFacts {
   int64_t free_bytes = 0;
 };
 // Name (cudaGetDeviceProperties) and memory (cudaMemGetInfo) of CUDA device `device`; selects it
-// on the calling thread (which creates the CUDA context).
-absl::StatusOr<DeviceFacts> cuda_device_facts(int device);
+// on the calling thread (which creates the CUDA context). A device that is missing or unusable is
+// refused (check_cuda_device) with `cuda_visible_devices`, the process's CUDA_VISIBLE_DEVICES as
+// main read it, in the message.
+absl::StatusOr<DeviceFacts> cuda_device_facts(int device, const std::string& cuda_visible_devices);
 
 // A CUDA backend on `device` whose allocator may hold `cap_bytes` (0 = no cap), labelled
 // "rank R" in its messages, its EXL3 matmuls using int8 activations as `int8_activations` says.

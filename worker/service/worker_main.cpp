@@ -3,6 +3,7 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include "CLI/CLI.hpp"
 #include "worker/comm/cluster_secret.h"
@@ -82,20 +83,23 @@ int main(int argc, char** argv) {
     }
     o.int8_activations = *int8;
   }
-  const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (const char* visible = std::getenv("CUDA_VISIBLE_DEVICES"); visible != nullptr) o.cuda_visible_devices = visible;
   std::fprintf(stderr, "exl3-worker rank %d/%d: backend %s%s, coordinator %s, NCCL_NVLS_ENABLE=%s%s\n", o.rank,
                o.world_size, o.backend.c_str(),
                o.backend == "cuda" ? (" device " + std::to_string(o.device)).c_str() : "", o.coordinator.c_str(),
                nvls.c_str(),
                o.backend == "cuda"
-                   ? (std::string(", CUDA_VISIBLE_DEVICES=") + (visible == nullptr ? "<unset>" : visible)).c_str()
+                   ? (", CUDA_VISIBLE_DEVICES=" + o.cuda_visible_devices).c_str()
                    : "");
   o.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(connect_timeout_s * 1000));
   // A peer that vanishes must surface as an error from the communicator, not kill this process.
   std::signal(SIGPIPE, SIG_IGN);
   const absl::Status status = exl3::run_worker(o);
   if (!status.ok()) {
-    std::fprintf(stderr, "exl3-worker: rank %d: %s\n", o.rank, std::string(status.message()).c_str());
+    // run_worker's messages mostly name the rank already; the others get it here.
+    const std::string rank = "rank " + std::to_string(o.rank) + ": ";
+    const std::string message(status.message());
+    std::fprintf(stderr, "exl3-worker: %s%s\n", message.starts_with(rank) ? "" : rank.c_str(), message.c_str());
     return 1;
   }
   return 0;

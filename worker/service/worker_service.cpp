@@ -430,7 +430,7 @@ absl::Status run_worker(const WorkerOptions& options) {
   pb::DeviceInfo* dev = req.mutable_device();
   dev->set_backend(options.backend);
   if (options.backend == "cuda") {
-    absl::StatusOr<DeviceFacts> facts = cuda_device_facts(options.device);
+    absl::StatusOr<DeviceFacts> facts = cuda_device_facts(options.device, options.cuda_visible_devices);
     if (!facts.ok()) return annotate(facts.status(), absl::StrCat("rank ", options.rank));
     dev->set_name(facts->name);
     dev->set_total_bytes(facts->total_bytes);

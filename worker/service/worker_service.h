@@ -24,6 +24,7 @@ struct WorkerOptions {
   int world_size = 1;
   std::string backend = "cpu";  // "cpu" (reference kernels + Gloo) or "cuda" (CUDA kernels + NCCL)
   int device = 0;               // CUDA ordinal in this process (exl3-launch sets CUDA_VISIBLE_DEVICES, so 0)
+  std::string cuda_visible_devices = "<unset>";  // the environment's, for messages (read in main)
   int64_t memory_bytes = 0;     // CPU: memory this worker may use (reported at registration)
   std::chrono::milliseconds connect_timeout{60000};
   bool step_graphs = true;      // decode steps replay CUDA graphs (EngineOptions::step_graphs)
