@@ -112,7 +112,9 @@ MeasuredDeviceMemory measure_cuda_memory(Backend& backend) {
 
 bool worker_has_cuda() { return false; }
 
-absl::StatusOr<DeviceFacts> cuda_device_facts(int, const std::string&) { return absl::FailedPreconditionError(kNoCudaMessage); }
+absl::StatusOr<DeviceFacts> cuda_device_facts(int, const std::string&) {
+  return absl::FailedPreconditionError(kNoCudaMessage);
+}
 
 absl::StatusOr<std::shared_ptr<Backend>> make_rank_cuda_backend(int, int, uint64_t, Int8Activations) {
   return absl::FailedPreconditionError(kNoCudaMessage);
