@@ -100,6 +100,16 @@ device_target_70b() {
   done
 }
 
+# Targets 1-3 of one build (the three steps above, two rounds each) when the GPU is an H200, whose
+# figures the README's target table wants: device_h200_targets VARIANT; returns 1 on any other GPU.
+device_h200_targets() {
+  nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200 || return 1
+  echo "variant $1 (H200 targets)" >> "$S"
+  device_target_linears "$1"
+  device_target_8b "$1" 2
+  device_target_70b "$1" 2
+}
+
 # Nsight Compute's full sections for two one-row K=4 int8 launches (exl3_gemv_int8_kernel<4, 1,
 # 0, 1>: a decode step's q/k/v and o, past the prefill's and the warm-up's) of the 8B at batch 1:
 # device_one_row_sections VARIANT, the report in $R/ncu-full-VARIANT.txt, its main lines in the

@@ -10,12 +10,7 @@ set -u
 . bench/device_run.sh
 device_begin
 device_model_rounds 3 "main pad4k pad4m" 8b "1,4,8,32" 32
-if nvidia-smi --query-gpu=name --format=csv,noheader | grep -q H200; then
-  echo "variant main (H200 targets)" >> "$S"
-  device_target_linears main
-  device_target_8b main 2
-  device_target_70b main 2
-fi
+device_h200_targets main
 # Where a batch-4 step's kernel time goes in main and pad4k, if pad4k's mean at batch 4 is 2% or
 # more above main's (the second figure of each round's line).
 b4_mean() { grep -E "^8b auto $1 r[0-9]+ rc 0:" "$S" | awk '{s += $8; n++} END {if (n) printf "%.1f", s / n; else print 0}'; }
