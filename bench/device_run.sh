@@ -45,14 +45,19 @@ device_model() {
 }
 
 # `rounds` alternating rounds of exl3-bench model (int8 auto, 128-token prompts) for each variant:
-# device_model_rounds ROUNDS "VARIANTS" SHAPE BATCHES STEPS; one line of tokens/s per batch.
+# device_model_rounds ROUNDS "VARIANTS" SHAPE BATCHES STEPS; one line of tokens/s per batch. A
+# variant is a build (exl3-bench-VARIANT), or BUILD:NAME=VALUE to run that build with one variable
+# of the environment set.
 device_model_rounds() {
   local rounds=$1 variants=$2 shape=$3 batches=$4 steps=$5 r v log
+  local -a setting
   device_model "$shape"
   for ((r = 1; r <= rounds; ++r)); do
     for v in $variants; do
-      log=$R/m$shape-$v-$r.log
-      timeout 120 "$B/exl3-bench-$v" model --model "/tmp/m$shape" --backend cuda --prefill 128 --prefill-repeats 1 \
+      log=$R/m$shape-${v//[:=]/-}-$r.log
+      setting=()
+      [[ $v == *:* ]] && setting=("${v#*:}")
+      env "${setting[@]}" timeout 120 "$B/exl3-bench-${v%%:*}" model --model "/tmp/m$shape" --backend cuda --prefill 128 --prefill-repeats 1 \
         --batch "$batches" --decode-steps "$steps" --int8-activations auto > "$log" 2>&1
       echo "$shape auto $v r$r rc $?: $(grep -E 'decode batch' "$log" | awk '{print $(NF-1)}' | tr '\n' ' ')" >> "$S"
     done
