@@ -57,8 +57,9 @@ device_model_rounds() {
       log=$R/m$shape-${v//[:=]/-}-$r.log
       setting=()
       [[ $v == *:* ]] && setting=("${v#*:}")
-      env "${setting[@]}" timeout 120 "$B/exl3-bench-${v%%:*}" model --model "/tmp/m$shape" --backend cuda --prefill 128 --prefill-repeats 1 \
-        --batch "$batches" --decode-steps "$steps" --int8-activations auto > "$log" 2>&1
+      env "${setting[@]}" timeout 120 "$B/exl3-bench-${v%%:*}" model --model "/tmp/m$shape" --backend cuda \
+        --prefill 128 --prefill-repeats 1 --batch "$batches" --decode-steps "$steps" --int8-activations auto \
+        > "$log" 2>&1
       echo "$shape auto $v r$r rc $?: $(grep -E 'decode batch' "$log" | awk '{print $(NF-1)}' | tr '\n' ' ')" >> "$S"
     done
   done
