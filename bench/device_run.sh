@@ -1,8 +1,9 @@
 # The steps the device runs' scripts (bench/results/*/runN.sh) share, sourced by them: A/B rounds
 # of builds against each other and step breakdowns, where scripts/p4-gpu-bench measures one build
 # for the P4 targets. Each run writes one summary line per step to $OUT/summary.txt and its logs
-# under $OUT/r, packed into $OUT/results.tar.xz at the end. Binaries come from the bundle (/tmp/g/bin: exl3-bench-VARIANT and
-# the *_gpu_test binaries); models are made once per machine under /tmp. Every step has a timeout.
+# under $OUT/r, packed into $OUT/results.tar.xz at the end. Binaries come from the bundle
+# (/tmp/g/bin: exl3-bench-VARIANT and the *_gpu_test binaries); models are made once per machine
+# under /tmp. Every step has a timeout.
 #   . bench/device_run.sh
 #   device_begin
 #   device_gpu_tests exl3_linear_gpu_test backend_ops_gpu_test llama_model_gpu_test

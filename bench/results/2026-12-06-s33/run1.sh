@@ -9,7 +9,8 @@ set -u
 . bench/device_run.sh
 device_begin
 device_gpu_tests backend_ops_gpu_test
-device_model_rounds 3 "main pf:EXL3_L2_PREFETCH_MB=0 pf:EXL3_L2_PREFETCH_MB=8 pf:EXL3_L2_PREFETCH_MB=16 pf:EXL3_L2_PREFETCH_MB=32" 8b "1,4,32" 32
-device_model_rounds 2 "main pf:EXL3_L2_PREFETCH_MB=16 pf:EXL3_L2_PREFETCH_MB=32" 70b "1,32" 16
+P=pf:EXL3_L2_PREFETCH_MB
+device_model_rounds 3 "main $P=0 $P=8 $P=16 $P=32" 8b "1,4,32" 32
+device_model_rounds 2 "main $P=16 $P=32" 70b "1,32" 16
 device_h200_targets main
 device_end

@@ -6,5 +6,6 @@
 set -u
 . bench/device_run.sh
 device_begin
-device_model_rounds 2 "main pfl:EXL3_L2_PREFETCH_MB=2 pfl:EXL3_L2_PREFETCH_MB=4 pfl:EXL3_L2_PREFETCH_MB=8 pf:EXL3_L2_PREFETCH_MB=2" 8b "1,4,32" 32
+L=pfl:EXL3_L2_PREFETCH_MB
+device_model_rounds 2 "main $L=2 $L=4 $L=8 pf:EXL3_L2_PREFETCH_MB=2" 8b "1,4,32" 32
 device_end
