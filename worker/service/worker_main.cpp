@@ -96,10 +96,8 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   const absl::Status status = exl3::run_worker(o);
   if (!status.ok()) {
-    // run_worker's messages mostly name the rank already; the others get it here.
-    const std::string rank = "rank " + std::to_string(o.rank) + ": ";
-    const std::string message(status.message());
-    std::fprintf(stderr, "exl3-worker: %s%s\n", message.starts_with(rank) ? "" : rank.c_str(), message.c_str());
+    // run_worker's errors name the rank.
+    std::fprintf(stderr, "exl3-worker: %s\n", std::string(status.message()).c_str());
     return 1;
   }
   return 0;

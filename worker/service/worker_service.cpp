@@ -102,7 +102,7 @@ class WorkerSession {
       // the result saying why is written).
       if (!status.ok() && cmd.has_step()) {
         writer.close();
-        return status;
+        return annotate(status, absl::StrCat("rank ", options_.rank));
       }
     }
     writer.close();

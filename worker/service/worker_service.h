@@ -41,6 +41,8 @@ struct WorkerOptions {
   std::optional<Int8Activations> int8_activations;
 };
 
+// Registers with the coordinator and runs its commands until it shuts the session down. Every error
+// returned names the rank ("rank R: ...").
 absl::Status run_worker(const WorkerOptions& options);
 
 }  // namespace exl3
