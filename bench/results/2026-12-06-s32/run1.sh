@@ -13,7 +13,9 @@ device_model_rounds 3 "main pad4k pad4m" 8b "1,4,8,32" 32
 device_h200_targets main
 # Where a batch-4 step's kernel time goes in main and pad4k, if pad4k's mean at batch 4 is 2% or
 # more above main's (the second figure of each round's line).
-b4_mean() { grep -E "^8b auto $1 r[0-9]+ rc 0:" "$S" | awk '{s += $8; n++} END {if (n) printf "%.1f", s / n; else print 0}'; }
+b4_mean() {
+  grep -E "^8b auto $1 r[0-9]+ rc 0:" "$S" | awk '{s += $8; n++} END {if (n) printf "%.1f", s / n; else print 0}'
+}
 if awk -v a="$(b4_mean pad4k)" -v b="$(b4_mean main)" 'BEGIN {exit !(b > 0 && a >= 1.02 * b)}'; then
   device_step_breakdown main 8b 4
   device_step_breakdown pad4k 8b 4
