@@ -946,7 +946,8 @@ absl::Status check_cuda_device(int device) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
-    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorString(err)));
+    return absl::FailedPreconditionError(absl::StrCat("no usable CUDA device: ", cudaGetErrorName(err), ", ",
+                                                      cudaGetErrorString(err)));
   }
   if (device < 0 || device >= count) {
     return absl::InvalidArgumentError(absl::StrCat("CUDA device ", device, " does not exist (", count, " visible)"));

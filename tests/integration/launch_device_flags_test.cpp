@@ -150,6 +150,7 @@ TEST(LaunchDeviceFlags, CudaWorkerWithoutAGpuFailsByRank) {
   // A CUDA build prints its effective environment first; a build without CUDA refuses at once.
   if (has(r, "no usable CUDA device")) {
     EXPECT_TRUE(has(r, "NCCL_NVLS_ENABLE=0")) << r.output;
+    EXPECT_TRUE(has(r, "no usable CUDA device: cudaError")) << r.output;  // the error's name, then its text
   }
 }
 

@@ -543,7 +543,7 @@ absl::StatusOr<std::unique_ptr<Communicator>> make_nccl_communicator(const NcclO
   if (err != cudaSuccess) {
     cudaGetLastError();
     return absl::FailedPreconditionError(
-        absl::StrCat("NCCL: no usable CUDA device: ", cudaGetErrorString(err)));
+        absl::StrCat("NCCL: no usable CUDA device: ", cudaGetErrorName(err), ", ", cudaGetErrorString(err)));
   }
   if (options.device < 0 || options.device >= devices) {
     return absl::InvalidArgumentError(absl::StrCat("NCCL: device ", options.device,

@@ -24,7 +24,8 @@ class ScopedDevice {
     if (err != cudaSuccess) {
       cudaGetLastError();
       return absl::InternalError(
-          absl::StrCat("cannot make CUDA device ", device, " current: ", cudaGetErrorString(err)));
+          absl::StrCat("cannot make CUDA device ", device, " current: ", cudaGetErrorName(err), ", ",
+                       cudaGetErrorString(err)));
     }
     device_ = device;
     entered_ = true;
