@@ -56,8 +56,8 @@ struct F16Source {
   __device__ __forceinline__ static F16Blocks<D, kThreads> blocks(const AttnArgs& a, int32_t seq, int32_t kv_head,
                                                                   int32_t begin, int32_t end) {
     __shared__ __align__(16) __half smem[2][2][block_halves<D>()];
-    const KvSource<D> src{a.k.pages, a.v.pages, a.page_table + seq * a.max_pages, a.kv_heads, a.num_pages,
-                          a.page_size, kv_head};
+    const KvSource<D> src{a.k.pages, a.v.pages,
+                          {a.page_table + seq * a.max_pages, a.kv_heads, a.num_pages, a.page_size, kv_head}};
     return F16Blocks<D, kThreads>(src, smem, begin, end);
   }
 

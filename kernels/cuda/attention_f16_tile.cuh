@@ -10,36 +10,23 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention_warp.cuh"
+#include "kernels/cuda/kv_page_units.cuh"
 
 namespace exl3::attention_detail {
 
 // Where the keys and values of one (sequence, KV head) live: pages F16 [num_pages, page_size,
-// kv_heads, D], this sequence's row of the page table.
+// kv_heads, D], a key's head at its unit · D.
 template <int D>
 struct KvSource {
   const __half* k_pages;
   const __half* v_pages;
-  const int32_t* page_table;  // page_table[seq] row: max_pages entries
-  int64_t kv_heads;
-  int64_t num_pages;
-  int32_t page_size;
-  int32_t kv_head;
-
-  // Element offset of key position `pos`; a page outside the cache traps.
-  __device__ __forceinline__ int64_t row_offset(int32_t pos) const {
-    const int32_t page = page_table[pos / page_size];
-    if (page < 0 || page >= num_pages) __trap();
-    return ((static_cast<int64_t>(page) * page_size + pos % page_size) * kv_heads + kv_head) * D;
-  }
+  PageUnits pages;
 };
 
 // Threads 0..kThreads-1 of the block copy the keys [start, start + 32) into kbuf/vbuf (rows of
 // row_stride<D>() halves) with cp.async; keys at or past `end` are zero-filled, so masked
-// probabilities (exactly 0) never meet a non-finite value. When the block's keys lie in one page
-// (always with 32-aligned blocks and pages of a multiple of 32 keys) its page is looked up once and
-// consecutive keys are kv_heads · D apart; otherwise every row looks up its own page. (A lookup per
-// row, a division and a dependent page-table load each, made the copy's addressing ~3/4 of the
-// decode kernel's instructions and serialised its loads.)
+// probabilities (exactly 0) never meet a non-finite value. Keys in one page (BlockUnits) are
+// copied by pointers that step kv_heads · D a key.
 template <int D, int kThreads>
 __device__ __forceinline__ void load_kv_block(__half* kbuf, __half* vbuf, const KvSource<D>& src, int32_t start,
                                               int32_t end) {
@@ -49,9 +36,10 @@ __device__ __forceinline__ void load_kv_block(__half* kbuf, __half* vbuf, const 
   const int part = static_cast<int>(threadIdx.x) % kParts;
   const int first_row = static_cast<int>(threadIdx.x) / kParts;
   const int32_t last = min(start + kBlockKeys, end) - 1;  // the block's last key (blocks are never empty)
-  if (start / src.page_size == last / src.page_size) {
-    const int64_t key_stride = src.kv_heads * D;
-    const int64_t offset = src.row_offset(start) + first_row * key_stride + part * 8;
+  const BlockUnits units(src.pages, start, last);
+  if (units.one_page) {
+    const int64_t key_stride = src.pages.kv_heads * D;
+    const int64_t offset = units.first * D + first_row * key_stride + part * 8;
     const __half* k_row = src.k_pages + offset;
     const __half* v_row = src.v_pages + offset;
     const int keys = last - start + 1;
@@ -69,7 +57,7 @@ __device__ __forceinline__ void load_kv_block(__half* kbuf, __half* vbuf, const 
   for (int r = first_row; r < kBlockKeys; r += kRowsPerPass) {
     const int32_t pos = start + r;
     const bool valid = pos < end;
-    const int64_t offset = (valid ? src.row_offset(pos) : 0) + part * 8;
+    const int64_t offset = (valid ? src.pages.unit(pos) * D : 0) + part * 8;
     cp_async16(kbuf + r * row_stride<D>() + part * 8, src.k_pages + (valid ? offset : 0), valid);
     cp_async16(vbuf + r * row_stride<D>() + part * 8, src.v_pages + (valid ? offset : 0), valid);
   }

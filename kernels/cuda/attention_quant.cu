@@ -55,7 +55,7 @@ struct QuantSource {
   __device__ __forceinline__ static KvBlocks<D, kThreads> blocks(const AttnArgs& a, int32_t seq, int32_t kv_head,
                                                                  int32_t begin, int32_t end) {
     extern __shared__ __align__(16) unsigned char smem[];
-    const TileSource src{a.k, a.v, a.page_table + seq * a.max_pages, a.kv_heads, a.num_pages, a.page_size, kv_head};
+    const TileSource src{a.k, a.v, {a.page_table + seq * a.max_pages, a.kv_heads, a.num_pages, a.page_size, kv_head}};
     return KvBlocks<D, kThreads>(src, smem, begin, end, static_cast<int>(threadIdx.x));
   }
 

@@ -14,12 +14,14 @@
 #include <cstdint>
 
 #include "kernels/cuda/attention_warp.cuh"
+#include "kernels/cuda/kv_page_units.cuh"
 #include "kernels/cuda/kv_quant.cuh"
 #include "kernels/cuda/paged_attention.cuh"
 
 namespace exl3::kv_quant_tile {
 
 using attention_detail::block_halves;
+using attention_detail::BlockUnits;
 using attention_detail::kBlockKeys;
 using attention_detail::row_stride;
 using attention_detail::smem_address;
@@ -39,36 +41,7 @@ __host__ __device__ constexpr int smem_bytes(int head_dim, int k_bits, int v_bit
 // Where one (sequence, KV head)'s keys and values live.
 struct TileSource {
   ConstKvSide k, v;
-  const int32_t* page_table;  // the sequence's row of the page table
-  int64_t kv_heads, num_pages;
-  int32_t page_size, kv_head;
-
-  // (cache row, KV head) index of key position `pos`: cache row · kv_heads + kv_head; a page
-  // outside the cache traps.
-  __device__ __forceinline__ int64_t unit(int32_t pos) const {
-    const int32_t page = page_table[pos / page_size];
-    if (page < 0 || page >= num_pages) __trap();
-    return (static_cast<int64_t>(page) * page_size + pos % page_size) * kv_heads + kv_head;
-  }
-};
-
-// unit() of the keys of one block [start, last]: when they lie in one page (always with 32-aligned
-// blocks and pages of a multiple of 32 keys) its page is looked up once and consecutive keys are
-// kv_heads units apart; otherwise each key looks up its own page. (A lookup per copy, a division
-// and a dependent page-table load each, dominated the copies' instructions.)
-struct BlockUnits {
-  const TileSource& src;
-  int32_t start;
-  bool one_page;
-  int64_t first;
-
-  __device__ __forceinline__ BlockUnits(const TileSource& s, int32_t block_start, int32_t last)
-      : src(s), start(block_start), one_page(block_start / s.page_size == last / s.page_size) {
-    first = one_page ? s.unit(block_start) : 0;
-  }
-  __device__ __forceinline__ int64_t operator()(int32_t pos) const {
-    return one_page ? first + static_cast<int64_t>(pos - start) * src.kv_heads : src.unit(pos);
-  }
+  attention_detail::PageUnits pages;
 };
 
 // cp.async of N = 4, 8 or 16 bytes (16 bypasses L1, the small ones cannot).
@@ -102,7 +75,7 @@ __device__ __forceinline__ void stage_side(const TileSource& src, const ConstKvS
   const int per_key = bits + 1;  // pieces, then the scales
   auto* words = reinterpret_cast<uint32_t*>(stage);
   auto* scales = reinterpret_cast<__half*>(stage + kBlockKeys * kGroups * bits * 4);
-  const BlockUnits units(src, start, min(start + kBlockKeys, end) - 1);
+  const BlockUnits units(src.pages, start, min(start + kBlockKeys, end) - 1);
   for (int task = tid; task < kBlockKeys * per_key; task += kThreads) {
     const int j = task / per_key, c = task % per_key;
     const int32_t pos = start + j;
@@ -122,7 +95,7 @@ __device__ __forceinline__ void copy_f16_side(const TileSource& src, const Const
                                               int32_t end, __half* tile, int tid) {
   if (side.bits != 16) return;
   constexpr int kParts = D / 8;  // 16-byte pieces per row
-  const BlockUnits units(src, start, min(start + kBlockKeys, end) - 1);
+  const BlockUnits units(src.pages, start, min(start + kBlockKeys, end) - 1);
   for (int task = tid; task < kBlockKeys * kParts; task += kThreads) {
     const int j = task / kParts, part = task % kParts;
     const int32_t pos = start + j;
