@@ -9,8 +9,9 @@ for c in 160 2048; do
   for v in units main units main units main; do
     timeout 100 "$B/exl3-bench-$v" kernels --model /tmp/m8b --backend cuda --rows 1,16,32 --context "$c" \
       --markdown "$R/k-$v-$c.md" > "$R/k-$v-$c.log" 2>&1
-    echo "kernels $v context $c rc $?: $(grep -E '^\| attention' "$R/k-$v-$c.md" | awk -F'|' '{printf "%s:%s ", $3, $6}')" \
-      >> "$S"
+    rc=$?
+    us=$(grep -E '^\| attention' "$R/k-$v-$c.md" | awk -F'|' '{printf "%s:%s ", $3, $6}')
+    echo "kernels $v context $c rc $rc: $us" >> "$S"
   done
 done
 device_model_rounds 3 "units main" 8b "1" 64
